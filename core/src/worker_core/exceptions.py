@@ -1,0 +1,207 @@
+"""The one exception tree of the project: every error the core raises on purpose."""
+
+from __future__ import annotations
+
+__all__ = [
+    "WorkerError",
+    "ConfigurationError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginConflictError",
+    "PluginNotFoundError",
+    "PluginBlockedError",
+    "NotImplementedYet",
+    "StepError",
+    "StepCycleError",
+    "StepMissingError",
+    "StepConflictError",
+    "TransportError",
+    "ConnectionLostError",
+    "ProtocolError",
+    "ContentDisallowed",
+    "TaskError",
+    "NotRegistered",
+    "Retry",
+    "Reject",
+    "Ignore",
+    "MaxRetriesExceededError",
+    "TimeLimitExceeded",
+    "SoftTimeLimitExceeded",
+    "WorkerLostError",
+    "TaskRevokedError",
+    "PoolError",
+    "ResultError",
+    "ResultTimeout",
+    "BackendDisabled",
+]
+
+
+class WorkerError(Exception):
+    """Base of every error the project raises on purpose."""
+
+
+# -- configuration ------------------------------------------------------------------------------
+
+
+class ConfigurationError(WorkerError, ValueError):
+    """An option, setting, URL or argument has a value the worker cannot use."""
+
+
+# -- plugins ------------------------------------------------------------------------------------
+
+
+class PluginError(WorkerError):
+    """A plugin cannot be found, loaded, chosen or used."""
+
+
+class PluginLoadError(PluginError):
+    """A plugin's entry point failed to import or register."""
+
+
+class PluginConflictError(PluginError):
+    """Two plugins claim the same name in the same slot or group."""
+
+
+class PluginNotFoundError(PluginError, ConfigurationError):
+    """A name was asked for that no installed plugin provides."""
+
+
+class PluginBlockedError(PluginError, ConfigurationError):
+    """A plugin was blocked with ``-p no:NAME`` but the command needs it, or it may not be blocked."""
+
+
+class NotImplementedYet(PluginError, NotImplementedError):
+    """A plugin is registered but its implementation has not been written yet."""
+
+
+# -- bootsteps ----------------------------------------------------------------------------------
+
+
+class StepError(WorkerError):
+    """The bootstep graph cannot be resolved."""
+
+
+class StepCycleError(StepError):
+    """The steps' requirements form a cycle."""
+
+
+class StepMissingError(StepError):
+    """A step requires a step that no plugin contributes."""
+
+
+class StepConflictError(StepError):
+    """Two steps share a name, or a blueprint has two last steps."""
+
+
+# -- transport ----------------------------------------------------------------------------------
+
+
+class TransportError(WorkerError):
+    """The broker cannot be reached or refused an operation."""
+
+
+class ConnectionLostError(TransportError):
+    """The broker connection was lost and could not be restored within the retry budget."""
+
+
+# -- messages and tasks -------------------------------------------------------------------------
+
+
+class ProtocolError(WorkerError, ValueError):
+    """A message does not follow the task protocol: missing or ill-typed headers or body."""
+
+
+class ContentDisallowed(ProtocolError):
+    """A message's content type is not in the accepted list."""
+
+
+class TaskError(WorkerError):
+    """Base of errors about running a task."""
+
+
+class NotRegistered(TaskError, KeyError):
+    """A message names a task this worker does not know."""
+
+    def __str__(self) -> str:
+        return Exception.__str__(self)
+
+
+class Retry(TaskError):
+    """Raised by ``Task.retry()``: the task was re-sent and this run ends here."""
+
+    def __init__(self, message: str | None = None, exc: BaseException | None = None,
+                 when: float | None = None) -> None:
+        self.message = message
+        self.exc = exc
+        self.when = when
+        super().__init__(message, exc, when)
+
+    def humanize(self) -> str:
+        if self.when is None:
+            return "now"
+        return f"in {self.when:g}s"
+
+    def __str__(self) -> str:
+        if self.message:
+            return self.message
+        if self.exc is not None:
+            return f"Retry {self.humanize()}: {self.exc!r}"
+        return f"Retry {self.humanize()}"
+
+    def __reduce__(self) -> tuple[type[Retry], tuple[str | None, BaseException | None, float | None]]:
+        return self.__class__, (self.message, self.exc, self.when)
+
+
+class Reject(TaskError):
+    """Raised by a task to reject its message, requeued or not."""
+
+    def __init__(self, reason: object = None, requeue: bool = False) -> None:
+        self.reason = reason
+        self.requeue = requeue
+        super().__init__(reason, requeue)
+
+
+class Ignore(TaskError):
+    """Raised by a task to end its run without storing a state."""
+
+
+class MaxRetriesExceededError(TaskError):
+    """A task asked to retry more times than its ``max_retries``."""
+
+
+class TimeLimitExceeded(TaskError):
+    """A task ran past its hard time limit and its process was replaced."""
+
+
+class SoftTimeLimitExceeded(TaskError):
+    """Raised inside a task when it runs past its soft time limit."""
+
+
+class WorkerLostError(TaskError):
+    """The process running a task died before reporting a result."""
+
+
+class TaskRevokedError(TaskError):
+    """A task was revoked, or expired before it could run."""
+
+
+# -- pools --------------------------------------------------------------------------------------
+
+
+class PoolError(WorkerError):
+    """A pool cannot start, grow, shrink or run a job."""
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+class ResultError(WorkerError):
+    """A result cannot be stored or read."""
+
+
+class ResultTimeout(ResultError, TimeoutError):
+    """Waiting for a task's result took longer than the timeout given."""
+
+
+class BackendDisabled(ResultError):
+    """Results were asked for but no result backend is configured."""
