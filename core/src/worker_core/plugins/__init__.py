@@ -1,0 +1,6 @@
+"""Plugin discovery, loading, blocking and reporting."""
+
+from .entrypoints import HOOKS_GROUP, SLOT_GROUPS, PluginEntry
+from .manager import ESSENTIAL, PluginManager, PluginStatus
+
+__all__ = ["ESSENTIAL", "HOOKS_GROUP", "SLOT_GROUPS", "PluginEntry", "PluginManager", "PluginStatus"]
