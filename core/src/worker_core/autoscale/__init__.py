@@ -1,0 +1,1 @@
+"""Autoscalers that come with worker-core."""

@@ -1,0 +1,5 @@
+"""The default autoscaler."""
+
+
+class DemandAutoscaler:
+    pass

@@ -1,0 +1,5 @@
+"""``workerctl``: the command line."""
+
+from .main import main
+
+__all__ = ["main"]

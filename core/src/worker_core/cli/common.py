@@ -1,0 +1,239 @@
+"""What the commands share: ``-p no:NAME`` handling, the plugin manager, and the worker options."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import click
+
+from ..exceptions import ConfigurationError, WorkerError
+from ..options import OptionSpec, WorkerOptions, did_you_mean, parse_autoscale, parse_brokers, parse_queues
+from ..plugins.manager import PluginManager
+
+__all__ = [
+    "PluginCommand",
+    "plugin_option",
+    "worker_option_decorators",
+    "options_from_params",
+    "blocked_from_args",
+    "fail",
+    "with_worker_options",
+    "warn_failures",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DISABLE_ENV = "WORKER_DISABLE_PLUGINS"
+
+
+def fail(exc: WorkerError) -> click.ClickException:
+    """Turn a project error into a one-line command-line error (no traceback), exit status 2."""
+    error = click.ClickException(str(exc))
+    error.exit_code = 2
+    return error
+
+
+def _blocked_value(value: str) -> str:
+    if not value.startswith("no:") or not value[3:].strip():
+        raise click.UsageError(
+            f"-p takes no:NAME to block a plugin (got {value!r}); for example -p no:prefork. "
+            f"Plugins are enabled by installing their distribution."
+        )
+    return value[3:].strip()
+
+
+def blocked_from_args(args: Sequence[str]) -> list[str]:
+    """Read every ``-p no:NAME`` from raw arguments (before parsing, so blocked plugins are never
+    imported, not even to add their options), plus ``WORKER_DISABLE_PLUGINS=a,b``."""
+    blocked = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()]
+    position = 0
+    while position < len(args):
+        arg = args[position]
+        value = None
+        if arg == "--":
+            break
+        if arg in ("-p", "--plugin") and position + 1 < len(args):
+            value = args[position + 1]
+            position += 1
+        elif arg.startswith("--plugin="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-p") and not arg.startswith("--") and len(arg) > 2:
+            value = arg[2:]
+        position += 1
+        if value is not None:
+            blocked.append(_blocked_value(value))
+    return blocked
+
+
+plugin_option = click.option(
+    "-p",
+    "--plugin",
+    "plugin_switches",
+    multiple=True,
+    metavar="no:NAME",
+    help="Block a plugin by name (repeatable). Also WORKER_DISABLE_PLUGINS=a,b.",
+)
+
+
+class PluginCommand(click.Command):
+    """A command that loads plugins before parsing, so plugin-declared options exist.
+
+    ``ctx.obj`` holds the :class:`PluginManager` once arguments are parsed.
+    """
+
+    #: whether plugin-declared worker options are added to this command
+    takes_plugin_options = True
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            manager = PluginManager(blocked_from_args(args))
+        except WorkerError as exc:
+            raise fail(exc) from None
+        ctx.obj = manager
+        if self.takes_plugin_options:
+            self._add_plugin_options(manager)
+        return super().parse_args(ctx, args)
+
+    def _add_plugin_options(self, manager: PluginManager) -> None:
+        # The command object outlives one invocation (tests invoke it many times): start from
+        # the core parameters each time.
+        if not hasattr(self, "_core_params"):
+            self._core_params = list(self.params)
+        self.params = list(self._core_params)
+        self.plugin_option_names.clear()
+        taken = {opt for param in self.params for opt in getattr(param, "opts", ())}
+        names = {param.name for param in self.params}
+        for specs, provider in manager.collect("worker_options"):
+            for spec in specs or ():
+                if not isinstance(spec, OptionSpec):
+                    raise fail(
+                        ConfigurationError(
+                            f"plugin {provider} returned {spec!r} from worker_options; "
+                            f"it must return OptionSpec instances"
+                        )
+                    )
+                clash = [flag for flag in spec.flags if flag in taken]
+                if clash or spec.name in names:
+                    raise fail(
+                        ConfigurationError(
+                            f"plugin {provider} declares option {', '.join(clash) or spec.name!r}, "
+                            f"which another plugin or the core already has; rename it"
+                        )
+                    )
+                self.params.append(_click_option(spec))
+                taken.update(spec.flags)
+                names.add(spec.name)
+                self.plugin_option_names.add(spec.name)
+
+    @property
+    def plugin_option_names(self) -> set[str]:
+        """Names of the options plugins added to this command."""
+        if not hasattr(self, "_plugin_option_names"):
+            self._plugin_option_names: set[str] = set()
+        return self._plugin_option_names
+
+
+def _click_option(spec: OptionSpec) -> click.Option:
+    def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is None or spec.is_flag:
+            return spec.default if value is None else value
+        try:
+            return spec.convert(value)
+        except (ValueError, TypeError) as exc:
+            raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+    return click.Option(
+        list(spec.flags),
+        spec.name,
+        is_flag=spec.is_flag,
+        default=None,
+        help=spec.help,
+        callback=convert,
+        expose_value=True,
+    )
+
+
+def worker_option_decorators() -> list[Callable[[F], F]]:
+    """The options ``workerctl worker`` and ``workerctl steps`` share."""
+    return [
+        click.option("-A", "--app", help="Tasks module: module or module:attribute."),
+        click.option("-P", "--pool", help="Pool by name: prefork, threads, solo, or a plugin's."),
+        click.option("-c", "--concurrency", type=int, help="Pool size (default: CPU count; 1 for solo)."),
+        click.option("--loop", help="Event loop: auto (default), async or sync."),
+        click.option(
+            "-b", "--broker", "brokers", multiple=True,
+            help="Broker URL; repeat or separate with ';' for failover (default: embedded://).",
+        ),
+        click.option("--failover", help="Failover strategy between broker URLs (default: round-robin)."),
+        click.option("-Q", "--queues", multiple=True, help="Queues to consume, comma-separated (default: celery)."),
+        click.option("--prefetch-multiplier", type=int, help="Messages reserved per process (default: 4)."),
+        click.option("--autoscale", metavar="MAX[,MIN]", help="Grow and shrink the pool between MIN and MAX."),
+        click.option("--autoscaler", help="Autoscaler by name (default: default)."),
+        click.option("-l", "--loglevel", help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL."),
+        click.option("-n", "--hostname", help="Node name (default: worker@<host>)."),
+        click.option("--time-limit", type=float, help="Hard time limit per task, in seconds."),
+        click.option("--soft-time-limit", type=float, help="Soft time limit per task, in seconds."),
+        click.option("--max-tasks-per-child", type=int, help="Replace a pool process after N tasks."),
+        click.option("--max-memory-per-child", type=int, help="Replace a pool process above N KiB resident."),
+        click.option("-O", "scheduling", metavar="fair|fcfs", help="Dispatch to idle processes only (fair, default) or any."),
+        plugin_option,
+    ]
+
+
+def with_worker_options(func: F) -> F:
+    for decorator in reversed(worker_option_decorators()):
+        func = decorator(func)
+    return func
+
+
+def options_from_params(
+    params: dict[str, Any],
+    manager: PluginManager,
+    *,
+    plugin_names: set[str] | frozenset[str] = frozenset(),
+    defaults: WorkerOptions | None = None,
+) -> WorkerOptions:
+    """Build :class:`WorkerOptions` from parsed command-line values over ``defaults``.
+
+    :param plugin_names: the parameters that plugins declared; their values go to ``extra``.
+    """
+    base = defaults or WorkerOptions()
+    changes: dict[str, Any] = {}
+    simple = (
+        "app", "pool", "concurrency", "loop", "failover", "prefetch_multiplier", "autoscaler",
+        "hostname", "time_limit", "soft_time_limit", "max_tasks_per_child", "max_memory_per_child",
+        "scheduling",
+    )
+    for name in simple:
+        if params.get(name) is not None:
+            changes[name] = params[name]
+    if params.get("loglevel"):
+        changes["loglevel"] = str(params["loglevel"]).upper()
+    if params.get("brokers"):
+        changes["brokers"] = parse_brokers(params["brokers"])
+    if params.get("queues"):
+        changes["queues"] = parse_queues(params["queues"])
+    if params.get("autoscale"):
+        changes["autoscale"] = parse_autoscale(params["autoscale"])
+    loop = changes.get("loop")
+    if loop is not None:
+        choices = ["auto", *manager.names("loop")]
+        if loop not in choices:
+            raise ConfigurationError(
+                f"--loop must be one of {', '.join(choices)} (got {loop!r}).{did_you_mean(loop, choices)}"
+            )
+    extra = dict(base.extra)
+    for name in plugin_names:
+        if params.get(name) is not None or name not in extra:
+            extra[name] = params.get(name)
+    changes["extra"] = extra
+    changes["blocked_plugins"] = tuple(sorted(manager.blocked))
+    return base.replace(**changes)
+
+
+def warn_failures(manager: PluginManager) -> None:
+    """Print one line per plugin that failed to load but that this command does not need."""
+    for line in manager.failures():
+        click.echo(f"warning: {line}; skipped", err=True)

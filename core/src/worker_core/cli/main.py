@@ -1,0 +1,23 @@
+"""The ``workerctl`` command group."""
+
+from __future__ import annotations
+
+import click
+
+from .plugins_cmd import plugins
+from .steps_cmd import steps
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="worker-core", prog_name="workerctl")
+def main() -> None:
+    """Run and inspect a task-queue worker built from plugins.
+
+    It speaks Celery's message protocol v2: Celery clients can send it tasks and read results.
+    """
+
+
+main.add_command(steps)
+main.add_command(plugins)

@@ -1,0 +1,68 @@
+"""The consumer blueprint's steps: Connection, Tasks and the event loop (last).
+
+The consumer blueprint is stopped and started again after every lost broker connection; the
+worker blueprint around it is not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..bootsteps import Step
+from ..selection import redact
+
+if TYPE_CHECKING:
+    from ..options import WorkerOptions
+    from .consumer import Consumer
+
+__all__ = ["ConnectionStep", "TasksStep", "LoopStep", "CONSUMER_STEPS"]
+
+
+class ConnectionStep(Step["Consumer"]):
+    """Connects to the broker, retrying and failing over as configured."""
+
+    name = "Connection"
+    slot = "transport"
+
+    def describe(self, options: WorkerOptions) -> str:
+        return "broker " + " ; ".join(redact(url) for url in options.brokers)
+
+    def start(self, consumer: Consumer) -> None:
+        consumer.connect()
+
+    def stop(self, consumer: Consumer) -> None:
+        consumer.disconnect()
+
+
+class TasksStep(Step["Consumer"]):
+    """Consumes the task queues with the prefetch limit (QoS)."""
+
+    name = "Tasks"
+    requires = ("Connection",)
+
+    def describe(self, options: WorkerOptions) -> str:
+        return "consume " + ", ".join(options.queues)
+
+    def start(self, consumer: Consumer) -> None:
+        consumer.start_consuming()
+
+    def stop(self, consumer: Consumer) -> None:
+        consumer.stop_consuming()
+
+
+class LoopStep(Step["Consumer"]):
+    """Runs the event loop until the worker stops or the connection is lost."""
+
+    name = "Loop"
+    last = True
+    slot = "loop"
+
+    def describe(self, options: WorkerOptions) -> str:
+        return f"{options.loop} event loop"
+
+    def start(self, consumer: Consumer) -> None:
+        consumer.run_loop()
+
+
+def CONSUMER_STEPS() -> list[Step["Consumer"]]:
+    return [ConnectionStep(), TasksStep(), LoopStep()]

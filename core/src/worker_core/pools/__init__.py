@@ -1,0 +1,1 @@
+"""Pools that come with worker-core: solo (inline)."""

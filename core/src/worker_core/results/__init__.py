@@ -1,0 +1,1 @@
+"""Result backends: the stored format, and the embedded and disabled backends."""

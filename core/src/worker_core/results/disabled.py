@@ -1,0 +1,5 @@
+"""The disabled result backend: stores nothing."""
+
+
+class DisabledBackend:
+    pass

@@ -1,0 +1,5 @@
+"""Results in the embedded SQLite file."""
+
+
+class EmbeddedBackend:
+    pass

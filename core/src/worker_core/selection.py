@@ -1,0 +1,123 @@
+"""Choosing the implementation of every slot for a set of options, before anything starts."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+import attrs
+
+from .exceptions import ConfigurationError
+from .options import WorkerOptions, scheme_of
+from .plugins.entrypoints import PluginEntry
+from .plugins.manager import PluginManager
+
+__all__ = ["Selection", "select", "DEFAULT_BROKER", "redact"]
+
+#: The transport used when no broker URL is configured: needs no server.
+DEFAULT_BROKER = "embedded://"
+
+
+def redact(url: str) -> str:
+    """The URL with its password hidden, for banners and logs."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    credentials, at, host = rest.rpartition("@")
+    user, colon, _password = credentials.partition(":")
+    return f"{scheme}://{user}{':**' if colon else ''}@{host}"
+
+
+@attrs.frozen
+class Selection:
+    """The implementation chosen for each slot, and the options with every default resolved."""
+
+    options: WorkerOptions
+    broker_urls: tuple[str, ...]
+    result_url: str
+    pool: PluginEntry
+    transport: PluginEntry
+    loop: PluginEntry
+    autoscaler: PluginEntry | None
+    failover: PluginEntry
+    result_backend: PluginEntry
+
+    def slots(self) -> Mapping[str, PluginEntry]:
+        chosen = {
+            "pool": self.pool,
+            "transport": self.transport,
+            "loop": self.loop,
+            "failover": self.failover,
+            "result_backend": self.result_backend,
+        }
+        if self.autoscaler is not None:
+            chosen["autoscaler"] = self.autoscaler
+        return chosen
+
+
+def _transport_supports_async(manager: PluginManager, name: str) -> bool:
+    implementation = manager.slot("transport", name)
+    return bool(getattr(implementation, "supports_async", False))
+
+
+def select(
+    options: WorkerOptions,
+    manager: PluginManager,
+    *,
+    broker_urls: tuple[str, ...] = (),
+    result_url: str | None = None,
+) -> Selection:
+    """Resolve defaults (pool, loop, concurrency) and check every chosen name is installed.
+
+    :param broker_urls: from the app's settings, used when the options name no broker.
+    :param result_url: the app's ``result_backend`` setting; empty picks the transport's own
+        default result backend when it offers one (the embedded transport does) and otherwise
+        ``"disabled"``, which stores nothing.
+    """
+    urls = options.brokers or broker_urls or (DEFAULT_BROKER,)
+    schemes = {scheme_of(url) for url in urls}
+    if len(schemes) > 1:
+        raise ConfigurationError(
+            f"all broker URLs must use one transport, got {', '.join(sorted(schemes))}: "
+            f"failover switches between servers of the same kind"
+        )
+    transport_name = schemes.pop()
+    transport = manager.slot_entry("transport", transport_name)
+
+    pool_name = options.pool or manager.default_pool()
+    pool = manager.slot_entry("pool", pool_name)
+    concurrency = options.concurrency
+    if concurrency is None:
+        concurrency = 1 if pool_name == "solo" else (os.cpu_count() or 1)
+
+    supports_async = _transport_supports_async(manager, transport_name)
+    loop_name = options.loop
+    if loop_name == "auto":
+        loop_name = "async" if supports_async and "async" in manager.names("loop") else "sync"
+    elif loop_name == "async" and not supports_async:
+        raise ConfigurationError(
+            f"--loop async needs a transport that supports it; the {transport_name!r} transport "
+            f"does not. Use --loop sync (or leave --loop at auto)"
+        )
+    loop = manager.slot_entry("loop", loop_name)
+
+    autoscaler = manager.slot_entry("autoscaler", options.autoscaler) if options.autoscale else None
+    failover = manager.slot_entry("failover", options.failover)
+
+    if not result_url:
+        default_backend = getattr(manager.slot("transport", transport_name), "default_result_backend", None)
+        result_url = (default_backend(urls[0]) if callable(default_backend) else None) or "disabled"
+    result_backend = manager.slot_entry("result_backend", scheme_of(result_url))
+
+    resolved = options.replace(pool=pool_name, loop=loop_name, concurrency=concurrency, brokers=tuple(urls))
+    return Selection(
+        options=resolved,
+        broker_urls=tuple(urls),
+        result_url=result_url,
+        pool=pool,
+        transport=transport,
+        loop=loop,
+        autoscaler=autoscaler,
+        failover=failover,
+        result_backend=result_backend,
+    )

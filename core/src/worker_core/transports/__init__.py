@@ -1,0 +1,1 @@
+"""Transports that come with worker-core: embedded (no server needed)."""

@@ -1,0 +1,1 @@
+"""The worker: its runtime object and the worker blueprint's steps."""

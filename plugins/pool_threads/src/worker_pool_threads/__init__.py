@@ -1,0 +1,3 @@
+"""The thread pool for worker."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""Redis broker and result backend for worker."""
+
+__all__: list[str] = []

@@ -1,0 +1,20 @@
+"""The Redis transport (being written)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from worker_core.exceptions import NotImplementedYet
+
+
+class RedisTransport:
+    """Reaches Redis through kombu's Redis transport."""
+
+    supports_async: ClassVar[bool] = True
+
+    @classmethod
+    def default_result_backend(cls, broker_url: str) -> str | None:
+        return None
+
+    def __init__(self, url: str, settings: Any) -> None:
+        raise NotImplementedYet("the Redis transport (worker-transport-redis) is not implemented yet")
