@@ -1,0 +1,122 @@
+"""The distributions install alone, and a third-party plugin installed with pip shows up.
+
+These tests build a fresh virtual environment and pip-install into it, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+pytestmark = pytest.mark.venv
+
+THIRD_PARTY_SETUP = """
+[metadata]
+name = acme-worker-extras
+version = 2.5.0
+
+[options]
+py_modules = acme_extras
+install_requires = worker-core
+
+[options.entry_points]
+worker.plugins =
+    acme = acme_extras
+worker.pools =
+    acme = acme_extras:AcmePool
+"""
+
+THIRD_PARTY_MODULE = '''
+"""A throwaway third-party plugin: one step and one pool."""
+from worker_core import Step, hookimpl
+
+
+class AcmeMetrics(Step):
+    name = "AcmeMetrics"
+    requires = ("Pool",)
+    label = "exports acme metrics"
+
+
+class AcmePool:
+    is_process_pool = False
+
+    @classmethod
+    def check_options(cls, options):
+        pass
+
+    def __init__(self, options):
+        self.options = options
+
+
+@hookimpl
+def worker_bootsteps(blueprint):
+    return [AcmeMetrics()] if blueprint == "worker" else []
+'''
+
+
+def _run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run([str(venv / "bin" / args[0]), *args[1:]], capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with only worker-core, worker-pool-prefork and a third-party plugin."""
+    root = tmp_path_factory.mktemp("venv")
+    plugin = root / "acme"
+    plugin.mkdir()
+    (plugin / "setup.cfg").write_text(textwrap.dedent(THIRD_PARTY_SETUP))
+    (plugin / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    (plugin / "acme_extras.py").write_text(THIRD_PARTY_MODULE)
+    env_dir = root / "env"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    install = _run(env_dir, "pip", "install", "--disable-pip-version-check", "-q",
+                   str(REPO / "core"), str(REPO / "plugins" / "pool_prefork"), str(plugin))
+    assert install.returncode == 0, install.stderr
+    return env_dir
+
+
+def test_two_distributions_install_alone_and_workerctl_sees_exactly_their_plugins(venv):
+    listing = _run(venv, "workerctl", "plugins", "--json")
+    assert listing.returncode == 0, listing.stderr
+    rows = json.loads(listing.stdout)
+    assert {r["distribution"] for r in rows} == {"worker-core", "worker-pool-prefork", "acme-worker-extras"}
+    pools = {r["name"]: r["distribution"] for r in rows if r["kind"] == "pool"}
+    assert pools == {"solo": "worker-core", "prefork": "worker-pool-prefork", "acme": "acme-worker-extras"}
+    assert not any(r["kind"] == "transport" and r["name"] == "redis" for r in rows)
+
+
+def test_the_third_party_pool_and_hooks_are_listed(venv):
+    rows = json.loads(_run(venv, "workerctl", "plugins", "--json").stdout)
+    acme = {(r["kind"], r["name"]): r for r in rows if r["distribution"] == "acme-worker-extras"}
+    assert acme[("pool", "acme")]["status"] == "loaded"
+    assert acme[("pool", "acme")]["version"] == "2.5.0"
+    assert acme[("hooks", "acme")]["hooks"] == ["worker_bootsteps"]
+
+
+def test_the_third_party_step_is_in_the_graph(venv):
+    graph = _run(venv, "workerctl", "steps", "--graph", "-P", "acme")
+    assert graph.returncode == 0, graph.stderr
+    assert '"worker:AcmeMetrics" -> "worker:Pool";' in graph.stdout
+    assert "from acme (acme-worker-extras 2.5.0)" in graph.stdout
+    assert "pool: acme (acme-worker-extras 2.5.0)" in graph.stdout
+
+
+def test_a_missing_distribution_is_named_in_the_error(venv):
+    result = _run(venv, "workerctl", "steps", "-P", "threads")
+    assert result.returncode == 2
+    assert "pip install worker-pool-threads" in result.stderr
+    result = _run(venv, "workerctl", "steps", "-b", "redis://127.0.0.1:6379/0")
+    assert result.returncode == 2
+    assert "pip install worker-transport-redis" in result.stderr
