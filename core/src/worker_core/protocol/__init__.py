@@ -1,0 +1,18 @@
+"""Celery's message protocol v2: building, decoding and the dates it carries."""
+
+from .decode import JSON, TaskEnvelope, decode_task
+from .message import OutgoingMessage, origin_name, safe_repr, task_message
+from .times import parse_iso, to_iso, utcnow
+
+__all__ = [
+    "JSON",
+    "OutgoingMessage",
+    "TaskEnvelope",
+    "decode_task",
+    "origin_name",
+    "parse_iso",
+    "safe_repr",
+    "task_message",
+    "to_iso",
+    "utcnow",
+]
