@@ -1,0 +1,6 @@
+"""The embedded transport: queues in a local SQLite file, shared by every process, no server needed."""
+
+from .database import resolve_path
+from .transport import OPTIONS, EmbeddedTransport
+
+__all__ = ["OPTIONS", "EmbeddedTransport", "resolve_path"]

@@ -1,0 +1,160 @@
+"""The embedded SQLite file: where an ``embedded://`` URL puts it, and one connection to it per
+process that any thread may use, reopened after a fork."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from ...exceptions import ConfigurationError, WorkerError
+
+__all__ = ["BUSY_TIMEOUT", "DEFAULT_FILE", "SCHEME", "Database", "resolve_path"]
+
+logger = logging.getLogger(__name__)
+
+SCHEME = "embedded"
+DEFAULT_FILE = os.path.join(".worker", "embedded.db")
+#: Seconds a statement waits for another process's write lock before failing.
+BUSY_TIMEOUT = 30.0
+_EXAMPLES = (
+    "embedded:// (./.worker/embedded.db), embedded:///var/lib/app/queue.db or embedded://data/queue.db"
+)
+
+# Connections inherited through fork are parked here and never closed: closing a SQLite
+# connection in a child can disturb the parent's locks on the same file.
+_INHERITED: list[sqlite3.Connection] = []
+
+
+def resolve_path(url: str) -> str:
+    """The absolute file an ``embedded://`` URL names, its parent directories created.
+
+    ``embedded://`` is ``<cwd>/.worker/embedded.db``; ``embedded:///abs/x.db`` is absolute;
+    ``embedded://rel/x.db`` is relative to the current directory.
+    """
+    scheme, sep, rest = url.partition("://")
+    if scheme != SCHEME or not sep:
+        raise ConfigurationError(f"not an embedded transport URL: {url!r}; write it as {_EXAMPLES}")
+    if "?" in rest or "#" in rest:
+        raise ConfigurationError(
+            f"embedded URL {url!r} has a query or fragment, which the embedded transport does not read; "
+            f"name only the file ({_EXAMPLES}) and set options in broker_transport_options"
+        )
+    path = os.path.abspath(rest or DEFAULT_FILE)
+    if rest.endswith("/") or os.path.isdir(path):
+        raise ConfigurationError(
+            f"embedded URL {url!r} names the directory {path!r}, not a file; "
+            f"add a file name, as in {_EXAMPLES}"
+        )
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(
+            f"cannot create the directory for the embedded database {path!r} (from {url!r}): {exc}"
+        ) from None
+    return path
+
+
+class Database:
+    """A SQLite file in WAL mode with a busy timeout, opened lazily in each process.
+
+    :param setup: creates the caller's tables; run on every new connection (it must be idempotent).
+    :param error: the exception raised when the file cannot be opened.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        setup: Callable[[sqlite3.Connection], None],
+        *,
+        error: type[WorkerError] = WorkerError,
+    ) -> None:
+        self.path = path
+        self._setup = setup
+        self._error = error
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        self._connection: sqlite3.Connection | None = None
+
+    @contextmanager
+    def locked(self) -> Iterator[sqlite3.Connection]:
+        """This process's connection, held by the calling thread until the block ends."""
+        self._after_fork()
+        with self._lock:
+            if self._connection is None:
+                self._connection = self._open()
+            yield self._connection
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction: the file's write lock is taken first (``BEGIN IMMEDIATE``), so what
+        the block reads cannot change before it writes."""
+        with self.locked() as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+
+    def close(self) -> None:
+        """Close this process's connection; the next use opens a new one."""
+        self._after_fork()
+        with self._lock:
+            connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.close()
+
+    def _after_fork(self) -> None:
+        if self._pid != os.getpid():
+            # The parent's lock may have been held by a thread that does not exist here.
+            self._lock = threading.RLock()
+            if self._connection is not None:
+                _INHERITED.append(self._connection)
+            self._connection = None
+            self._pid = os.getpid()
+
+    def _open(self) -> sqlite3.Connection:
+        deadline = time.monotonic() + BUSY_TIMEOUT
+        while True:
+            try:
+                connection = sqlite3.connect(
+                    self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+                )
+            except sqlite3.Error as exc:
+                raise self._error(f"cannot open the embedded database {self.path!r}: {exc}") from None
+            try:
+                self._configure(connection)
+                return connection
+            except sqlite3.OperationalError as exc:
+                connection.close()
+                # Switching a new file to WAL needs a moment alone with it; another process
+                # creating the same file at the same time makes that fail without waiting.
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise self._error(f"cannot set up the embedded database {self.path!r}: {exc}") from None
+                time.sleep(0.01)
+            except sqlite3.DatabaseError as exc:
+                connection.close()
+                raise self._error(
+                    f"cannot use {self.path!r} as the embedded database: {exc}; point the URL at "
+                    f"another file, as in embedded:///var/lib/app/queue.db"
+                ) from None
+
+    def _configure(self, connection: sqlite3.Connection) -> None:
+        (mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
+        if str(mode).lower() != "wal":
+            logger.warning(
+                "embedded database %s runs in %s journal mode (WAL unavailable on this file "
+                "system): readers and writers will block each other",
+                self.path,
+                mode,
+            )
+        # With WAL, NORMAL survives any process crash; only a power cut can drop the last commits.
+        connection.execute("PRAGMA synchronous=NORMAL")
+        self._setup(connection)
