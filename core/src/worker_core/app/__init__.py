@@ -1,0 +1,8 @@
+"""The tasks API: App, Task, AsyncResult and settings."""
+
+from .base import App
+from .result import AsyncResult
+from .settings import Settings
+from .task import Task
+
+__all__ = ["App", "AsyncResult", "Settings", "Task"]

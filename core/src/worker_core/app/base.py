@@ -1,0 +1,311 @@
+"""``App``: settings, the task registry, sending tasks and reading results."""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, overload
+
+from ..exceptions import ConfigurationError, NotRegistered
+from ..options import did_you_mean, parse_brokers, scheme_of
+from ..plugins.manager import PluginManager
+from ..protocol import task_message
+from .broker import connect_for_publishing, task_queue
+from .context import current_context
+from .result import AsyncResult
+from .settings import Settings, check_names, from_object, settings_from
+from .task import Task
+
+__all__ = ["App", "Config"]
+
+#: Retries of a publish while the broker is briefly unreachable (as Celery's default policy).
+PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+
+
+class Config:
+    """``app.conf``: read settings as attributes; change them with ``update`` or assignment."""
+
+    def __init__(self, app: App) -> None:
+        object.__setattr__(self, "_app", app)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return getattr(self._app.settings, name)
+        except AttributeError:
+            check_names([name])
+            raise
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self.update({name: value})
+
+    def __getitem__(self, name: str) -> Any:
+        return self.__getattr__(name)
+
+    def update(self, changes: Mapping[str, Any] | None = None, **more: Any) -> None:
+        self._app._set(dict(changes or {}, **more))
+
+    def __repr__(self) -> str:
+        return repr(self._app.settings)
+
+
+class App:
+    """A task application: ``app = App("proj", broker="redis://...")``.
+
+    :param main: the app's name; task names default to ``module.function``, and tasks defined in
+        ``__main__`` are named after the app.
+    :param broker: broker URL(s), ``;``-separated for failover (default: the embedded transport).
+    :param backend: result backend URL (default: the transport's own when it has one, else
+        results are disabled).
+    :param config_source: a mapping, module or object with settings (see ``Settings``).
+    """
+
+    def __init__(
+        self,
+        main: str | None = None,
+        *,
+        broker: str | None = None,
+        backend: str | None = None,
+        config_source: Any = None,
+        namespace: str | None = None,
+        **settings: Any,
+    ) -> None:
+        self.main = main
+        self.tasks: dict[str, Task] = {}
+        explicit = dict(settings)
+        if broker is not None:
+            explicit["broker_url"] = broker
+        if backend is not None:
+            explicit["result_backend"] = backend
+        check_names(explicit)
+        self._config_object: dict[str, Any] = from_object(config_source, namespace) if config_source else {}
+        self._explicit = explicit
+        self.settings: Settings = settings_from(self._config_object, self._explicit)
+        self.conf = Config(self)
+        self._plugins: PluginManager | None = None
+        self._backend: Any = None
+        self._backend_pid = 0
+        self._local = threading.local()
+        _track_for_fork(self)
+
+    # -- settings ----------------------------------------------------------------------------
+
+    def _set(self, changes: dict[str, Any]) -> None:
+        check_names(changes)
+        explicit = dict(self._explicit, **changes)
+        self.settings = settings_from(self._config_object, explicit)
+        self._explicit = explicit
+        self._reset_connections()
+
+    def config_from_object(self, source: Any, namespace: str | None = None) -> None:
+        """Take settings from a mapping, module or object (replacing a previous config object)."""
+        found = from_object(source, namespace)
+        self.settings = settings_from(found, self._explicit)
+        self._config_object = found
+        self._reset_connections()
+
+    @property
+    def broker_urls(self) -> tuple[str, ...]:
+        from ..selection import DEFAULT_BROKER
+
+        return parse_brokers(self.settings.broker_url) if self.settings.broker_url else (DEFAULT_BROKER,)
+
+    @property
+    def plugins(self) -> PluginManager:
+        """Slot implementations (transports, result backends) this app loads by name."""
+        if self._plugins is None:
+            self._plugins = PluginManager(autoload=False)
+        return self._plugins
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    @overload
+    def task(self, fun: Callable[..., Any]) -> Task: ...
+
+    @overload
+    def task(self, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
+        """Register a function as a task: ``@app.task`` or ``@app.task(name=..., bind=True, ...)``."""
+        if fun is not None:
+            if options or not callable(fun):
+                raise ConfigurationError(
+                    "@app.task takes its options as keywords, for example @app.task(name='proj.add')"
+                )
+            return self._register(fun)
+        return lambda function: self._register(function, **options)
+
+    def _register(self, fun: Callable[..., Any], **options: Any) -> Task:
+        name = options.pop("name", None) or self._task_name(fun)
+        try:
+            task = Task(self, fun, name=name, **options)
+        except TypeError as exc:
+            raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
+        existing = self.tasks.get(name)
+        if existing is not None and (existing.fun.__module__, existing.fun.__qualname__) != (
+            fun.__module__, fun.__qualname__
+        ):
+            raise ConfigurationError(
+                f"task name {name!r} is already registered by {existing.fun.__module__}."
+                f"{existing.fun.__qualname__}; give one of them another name with @app.task(name=...)"
+            )
+        self.tasks[name] = task
+        return task
+
+    def _task_name(self, fun: Callable[..., Any]) -> str:
+        module = fun.__module__
+        if module == "__main__" and self.main:
+            module = self.main
+        return f"{module}.{fun.__name__}"
+
+    def get_task(self, name: str) -> Task:
+        try:
+            return self.tasks[name]
+        except KeyError:
+            raise NotRegistered(f"task {name!r} is not registered.{did_you_mean(name, self.tasks)}") from None
+
+    # -- results ---------------------------------------------------------------------------------
+
+    def result_url(self) -> str:
+        """The result backend URL in use: the setting, else the transport's own, else disabled."""
+        configured = self.settings.result_backend
+        if configured:
+            return configured
+        transport = self.plugins.slot("transport", scheme_of(self.broker_urls[0]))
+        default = getattr(transport, "default_result_backend", None)
+        return (default(self.broker_urls[0]) if callable(default) else None) or "disabled"
+
+    @property
+    def backend(self) -> Any:
+        """This process's result backend (created on first use, again after a fork)."""
+        pid = os.getpid()
+        if self._backend is None or self._backend_pid != pid:
+            url = self.result_url()
+            backend_cls = self.plugins.slot("result_backend", scheme_of(url))
+            self._backend = backend_cls(url, self.settings)
+            self._backend_pid = pid
+        return self._backend
+
+    def AsyncResult(self, task_id: str) -> AsyncResult:
+        return AsyncResult(task_id, self)
+
+    # -- sending ---------------------------------------------------------------------------------
+
+    def route(self, name: str, queue: str | None = None) -> str:
+        if queue:
+            return queue
+        routed = self.settings.task_routes.get(name)
+        if isinstance(routed, str):
+            return routed
+        if isinstance(routed, Mapping) and routed.get("queue"):
+            return str(routed["queue"])
+        return self.settings.task_default_queue
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        countdown: float | None = None,
+        eta: datetime | str | None = None,
+        expires: float | datetime | str | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        task_id: str | None = None,
+        retries: int = 0,
+        time_limit: float | None = None,
+        soft_time_limit: float | None = None,
+        ignore_result: bool | None = None,
+        root_id: str | None = None,
+        parent_id: str | None = None,
+        group_id: str | None = None,
+        serializer: str | None = None,
+        shadow: str | None = None,
+    ) -> AsyncResult:
+        """Send a task by name (it need not be registered here) and return its result handle."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"task name must be a non-empty string (got {name!r})")
+        if args is not None and not isinstance(args, (list, tuple)):
+            raise TypeError(f"task args must be a list or tuple (got {type(args).__name__})")
+        if kwargs is not None and not isinstance(kwargs, Mapping):
+            raise TypeError(f"task kwargs must be a mapping (got {type(kwargs).__name__})")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                     or not 0 <= priority <= 255):
+            raise ValueError(f"priority must be a whole number from 0 to 255 (got {priority!r})")
+        task_id = task_id or str(uuid.uuid4())
+        current = current_context()
+        if current.id and not current.called_directly:
+            parent_id = parent_id or current.id
+            root_id = root_id or current.root_id
+        ignore = self.settings.task_ignore_result if ignore_result is None else ignore_result
+        message = task_message(
+            name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
+            retries=retries, time_limit=time_limit, soft_time_limit=soft_time_limit,
+            root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
+            ignore_result=ignore,
+        )
+        queue_name = self.route(name, queue)
+        if not ignore:
+            self.backend.on_task_call(task_id)
+        self._publish(message.body, queue_name, serializer or self.settings.task_serializer,
+                      headers=message.headers, priority=priority if priority is not None
+                      else self.settings.task_default_priority,
+                      expiration=message.expiration, **message.properties)
+        return AsyncResult(task_id, self)
+
+    def _publish(self, body: Any, queue: str, serializer: str, **kwargs: Any) -> None:
+        state = self._local
+        if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
+            state.connection, state.producer = connect_for_publishing(self)
+            state.pid = os.getpid()
+            state.declared = set()
+        declare = [] if queue in state.declared else [task_queue(queue, self.settings)]
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        state.producer.publish(
+            body, exchange="", routing_key=queue, serializer=serializer, delivery_mode=2,
+            declare=declare, retry=self.settings.task_publish_retry,
+            retry_policy=PUBLISH_RETRY_POLICY, **kwargs,
+        )
+        state.declared.add(queue)
+
+    def _reset_connections(self) -> None:
+        state = self._local
+        connection = getattr(state, "connection", None)
+        if connection is not None and getattr(state, "pid", None) == os.getpid():
+            try:
+                connection.release()
+            except Exception:
+                pass
+        self._local = threading.local()
+        self._backend = None
+
+    def close(self) -> None:
+        """Release this thread's broker connection and the result backend."""
+        self._reset_connections()
+
+    def __repr__(self) -> str:
+        return f"<App {self.main or '__main__'}: {len(self.tasks)} tasks>"
+
+
+_apps: weakref.WeakSet[App] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # Connections and backend clients belong to the parent; a child opens its own on first use.
+    for app in list(_apps):
+        app._local = threading.local()
+        app._backend = None
+
+
+_fork_hook: list[bool] = []
+
+
+def _track_for_fork(app: App) -> None:
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _fork_hook.append(True)
+    _apps.add(app)

@@ -1,0 +1,59 @@
+"""Broker connections through the transport plugins, and the queues Celery declares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import kombu
+
+from ..options import scheme_of
+from ..plugins.manager import PluginManager
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from .base import App
+
+__all__ = ["transport_for", "connection_for", "connect_for_publishing", "task_queue"]
+
+
+def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Any:
+    """The transport plugin object serving ``url`` (chosen by its scheme)."""
+    return plugins.slot("transport", scheme_of(url))(url, settings)
+
+
+def connection_for(plugins: PluginManager, url: str, settings: Settings, **extra: Any) -> kombu.Connection:
+    """A (not yet connected) kombu connection to ``url`` through its transport plugin."""
+    transport = transport_for(plugins, url, settings)
+    options = dict(transport.connection_options())
+    options.setdefault("connect_timeout", settings.broker_connection_timeout)
+    options.update(extra)
+    return kombu.Connection(url, transport=transport.kombu_transport(), **options)
+
+
+def _failover(plugins: PluginManager, name: str) -> Any:
+    strategy = plugins.slot("failover", name)
+    return lambda urls: iter(strategy(list(urls)))
+
+
+def connect_for_publishing(app: App) -> tuple[kombu.Connection, kombu.Producer]:
+    """A connection and producer for this thread, failing over between the broker URLs."""
+    urls: Sequence[str] = app.broker_urls
+    settings = app.settings
+    transport = transport_for(app.plugins, urls[0], settings)
+    options = dict(transport.connection_options())
+    options.setdefault("connect_timeout", settings.broker_connection_timeout)
+    if len(urls) > 1:
+        options["failover_strategy"] = _failover(app.plugins, settings.broker_failover_strategy)
+    connection = kombu.Connection(";".join(urls), transport=transport.kombu_transport(), **options)
+    return connection, kombu.Producer(connection)
+
+
+def task_queue(name: str, settings: Settings) -> kombu.Queue:
+    """A task queue declared exactly as Celery declares it: a durable queue bound to a direct
+    exchange of the same name, so Celery and this worker can share it on RabbitMQ."""
+    arguments = {}
+    if settings.task_queue_max_priority is not None:
+        arguments["x-max-priority"] = settings.task_queue_max_priority
+    return kombu.Queue(name, kombu.Exchange(name, type="direct"), routing_key=name,
+                       queue_arguments=arguments or None)

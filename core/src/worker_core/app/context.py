@@ -1,0 +1,63 @@
+"""``task.request``: what a running task knows about its own message."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+import attrs
+
+__all__ = ["TaskContext", "current_context", "pushed"]
+
+
+@attrs.define(slots=True)
+class TaskContext:
+    """The request of the task being run (``self.request`` inside a bound task)."""
+
+    id: str | None = None
+    task: str | None = None
+    args: list[Any] = attrs.field(factory=list)
+    kwargs: dict[str, Any] = attrs.field(factory=dict)
+    retries: int = 0
+    eta: str | None = None
+    expires: str | None = None
+    timelimit: tuple[float | None, float | None] = (None, None)
+    root_id: str | None = None
+    parent_id: str | None = None
+    group: str | None = None
+    group_index: int | None = None
+    origin: str | None = None
+    hostname: str | None = None
+    reply_to: str | None = None
+    correlation_id: str | None = None
+    delivery_info: Mapping[str, Any] = attrs.field(factory=dict)
+    ignore_result: bool = False
+    is_eager: bool = False
+    called_directly: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, recurse=False)
+
+
+_EMPTY = TaskContext()
+_local = threading.local()
+
+
+def current_context() -> TaskContext:
+    stack = getattr(_local, "stack", None)
+    return stack[-1] if stack else _EMPTY
+
+
+@contextmanager
+def pushed(context: TaskContext) -> Iterator[TaskContext]:
+    """Make ``context`` the current request for this thread while the task runs."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(context)
+    try:
+        yield context
+    finally:
+        stack.pop()

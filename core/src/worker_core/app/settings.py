@@ -1,0 +1,234 @@
+"""The app's settings: one attrs object with Celery's setting names, validated as it is built.
+
+Sources, later wins: the defaults below, a config object (``app.config_from_object``), the
+``App(...)`` arguments, then ``WORKER_<NAME>`` environment variables (``WORKER_BROKER_URL``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import attrs
+
+from ..exceptions import ConfigurationError
+from ..options import did_you_mean
+
+__all__ = ["Settings", "ENV_PREFIX", "settings_from"]
+
+ENV_PREFIX = "WORKER_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _check(kind: type | tuple[type, ...], *, optional: bool = False, minimum: float | None = None) -> Any:
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            ok = False
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
+            if optional:
+                names += " or None"
+            raise ConfigurationError(
+                f"setting {attribute.name!r} must be {names} (got {value!r} that is a {type(value).__name__})"
+            )
+        if minimum is not None and value < minimum:
+            raise ConfigurationError(f"setting {attribute.name!r} must be at least {minimum:g} (got {value!r})")
+
+    return check
+
+
+def _strings(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(item, str) and item for item in value):
+        raise ConfigurationError(
+            f"setting {attribute.name!r} must be a list of non-empty strings (got {value!r})"
+        )
+
+
+def _to_tuple(value: Any) -> Any:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return tuple(value)
+    return value
+
+
+def _to_dict(value: Any) -> Any:
+    return dict(value) if isinstance(value, Mapping) else value
+
+
+NUMBER = (int, float)
+
+
+@attrs.frozen(kw_only=True)
+class Settings:
+    """Every setting the app and the worker read. Names follow Celery's."""
+
+    # -- broker
+    broker_url: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    broker_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
+                                                             validator=_check(dict))
+    broker_connection_retry: bool = attrs.field(default=True, validator=_check(bool))
+    broker_connection_retry_on_startup: bool | None = attrs.field(default=None,
+                                                                   validator=_check(bool, optional=True))
+    broker_connection_max_retries: int | None = attrs.field(default=100,
+                                                            validator=_check(int, optional=True, minimum=0))
+    broker_connection_timeout: float = attrs.field(default=4.0, validator=_check(NUMBER, minimum=0))
+    broker_heartbeat: float = attrs.field(default=120.0, validator=_check(NUMBER, minimum=0))
+    broker_heartbeat_checkrate: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0.1))
+    broker_failover_strategy: str = attrs.field(default="round-robin", validator=_check(str))
+
+    # -- results
+    result_backend: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    result_expires: float | None = attrs.field(default=86400.0, validator=_check(NUMBER, optional=True, minimum=0))
+    result_extended: bool = attrs.field(default=False, validator=_check(bool))
+    result_serializer: str = attrs.field(default="json", validator=_check(str))
+    result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
+                                                                     validator=_check(dict))
+
+    # -- tasks and messages
+    task_serializer: str = attrs.field(default="json", validator=_check(str))
+    accept_content: tuple[str, ...] = attrs.field(default=("json",), converter=_to_tuple, validator=_strings)
+    task_default_queue: str = attrs.field(default="celery", validator=_check(str))
+    task_default_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
+    task_queue_max_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
+    task_routes: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict, validator=_check(dict))
+    task_acks_late: bool = attrs.field(default=False, validator=_check(bool))
+    task_reject_on_worker_lost: bool | None = attrs.field(default=None, validator=_check(bool, optional=True))
+    task_acks_on_failure_or_timeout: bool = attrs.field(default=True, validator=_check(bool))
+    task_ignore_result: bool = attrs.field(default=False, validator=_check(bool))
+    task_track_started: bool = attrs.field(default=False, validator=_check(bool))
+    task_time_limit: float | None = attrs.field(default=None, validator=_check(NUMBER, optional=True, minimum=0))
+    task_soft_time_limit: float | None = attrs.field(default=None,
+                                                    validator=_check(NUMBER, optional=True, minimum=0))
+    task_default_retry_delay: float = attrs.field(default=180.0, validator=_check(NUMBER, minimum=0))
+    task_publish_retry: bool = attrs.field(default=True, validator=_check(bool))
+
+    # -- worker
+    worker_concurrency: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=1))
+    worker_pool: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    worker_prefetch_multiplier: int = attrs.field(default=4, validator=_check(int, minimum=1))
+    worker_max_tasks_per_child: int | None = attrs.field(default=None,
+                                                         validator=_check(int, optional=True, minimum=1))
+    worker_max_memory_per_child: int | None = attrs.field(default=None,
+                                                          validator=_check(int, optional=True, minimum=1))
+    worker_enable_prefetch_count_reduction: bool = attrs.field(default=True, validator=_check(bool))
+    worker_cancel_long_running_tasks_on_connection_loss: bool = attrs.field(default=False,
+                                                                           validator=_check(bool))
+    worker_redelivery_limit: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=1))
+    worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
+    worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
+    worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(field.name for field in attrs.fields(cls))
+
+    def update(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied and validated."""
+        check_names(changes)
+        try:
+            return attrs.evolve(self, **changes)
+        except TypeError as exc:  # a converter choked on a value of the wrong kind
+            raise ConfigurationError(f"bad setting value: {exc}") from None
+
+
+def check_names(names: Iterable[str]) -> None:
+    known = Settings.names()
+    for name in names:
+        if name not in known:
+            raise ConfigurationError(
+                f"unknown setting {name!r}.{did_you_mean(name, known)} The settings are listed in "
+                f"worker_core.app.settings.Settings"
+            )
+
+
+def _from_text(name: str, text: str) -> Any:
+    """Convert an environment variable's text to the setting's type."""
+    field = attrs.fields_dict(Settings)[name]
+    kind = str(field.type)
+    if "bool" in kind and "int" not in kind:
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return None if "None" in kind and lowered == "" else False
+        raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be true or false (got {text!r})")
+    if kind.startswith("Mapping"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = None
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a JSON object (got {text!r})")
+        return value
+    if kind.startswith("tuple"):
+        return _to_tuple(text)
+    if text.strip() == "" and "None" in kind:
+        return None
+    if kind.startswith("int"):
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a whole number (got {text!r})") from None
+    if kind.startswith("float"):
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a number (got {text!r})") from None
+    return text
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Settings given as ``WORKER_<NAME>`` environment variables."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, Any] = {}
+    for name in Settings.names():
+        key = ENV_PREFIX + name.upper()
+        if key in environ:
+            found[name] = _from_text(name, environ[key])
+    return found
+
+
+def from_object(source: Any, namespace: str | None = None) -> dict[str, Any]:
+    """Settings held by a mapping, module or object.
+
+    Lowercase attribute names are setting names; with ``namespace="CELERY"``, uppercase names
+    such as ``CELERY_BROKER_URL`` are read too (as Django projects write them).
+    """
+    items = source.items() if isinstance(source, Mapping) else (
+        (name, getattr(source, name)) for name in dir(source) if not name.startswith("_")
+    )
+    found: dict[str, Any] = {}
+    known = Settings.names()
+    prefix = f"{namespace.upper()}_" if namespace else None
+    for name, value in items:
+        if prefix and name.startswith(prefix):
+            key = name[len(prefix):].lower()
+            check_names([key])
+            found[key] = value
+        elif name.islower() and not callable(value) and not hasattr(value, "__file__"):
+            if name in known:
+                found[name] = value
+            elif isinstance(source, Mapping):
+                check_names([name])
+    return found
+
+
+def settings_from(*sources: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from the defaults, each source in turn, then the environment."""
+    merged: dict[str, Any] = {}
+    for source in sources:
+        merged.update(source)
+    merged.update(from_environment(environ))
+    check_names(merged)
+    try:
+        return Settings(**merged)
+    except TypeError as exc:
+        raise ConfigurationError(f"bad setting value: {exc}") from None
