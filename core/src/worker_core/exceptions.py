@@ -30,6 +30,7 @@ __all__ = [
     "WorkerLostError",
     "TaskRevokedError",
     "PoolError",
+    "WorkerTerminate",
     "ResultError",
     "ResultTimeout",
     "BackendDisabled",
@@ -190,6 +191,13 @@ class TaskRevokedError(TaskError):
 
 class PoolError(WorkerError):
     """A pool cannot start, grow, shrink or run a job."""
+
+
+class WorkerTerminate(BaseException):
+    """Raised into a task running inline (solo pool) when the worker stops cold.
+
+    A BaseException, so a task's ``except Exception`` does not swallow it.
+    """
 
 
 # -- results ------------------------------------------------------------------------------------

@@ -74,11 +74,19 @@ class Pool(Protocol):
     - ``timeout_callback(soft, seconds)`` when the soft (``soft=True``) or hard limit passes.
 
     Callbacks may be called from any thread; the worker's callbacks are thread-safe and cheap.
-    Exactly one of ``callback``/``error_callback`` is called per job.
+    Exactly one of ``callback``/``error_callback`` is called per job. A pool may call
+    ``error_callback`` before :meth:`apply_async` returns (a job it cannot even send, such as
+    unpicklable arguments for a process pool); calling :meth:`apply_async` after :meth:`stop` or
+    :meth:`terminate` raises ``PoolError``.
 
     **Event loop.** Under the async loop the worker calls :meth:`register_with_event_loop` with
     kombu's hub once the pool started; the pool then does its I/O (pipes, timers) on the hub
-    without threads. Under the sync loop it is never called and the pool uses its own threads.
+    without threads, calls the callbacks in the hub's thread, and expects its methods to be
+    called from the hub's thread. Under the sync loop it is never called and the pool uses its
+    own threads.
+
+    The contract suite in :mod:`worker_core.testing.pool_contract` checks all of this against
+    any pool class.
     """
 
     #: Whether jobs run in separate processes (time limits can kill them, memory is isolated).
@@ -109,8 +117,14 @@ class Pool(Protocol):
         timeout_callback: Callable[[bool, float], None] | None = None,
         soft_timeout: float | None = None,
         timeout: float | None = None,
+        name: str | None = None,
     ) -> None:
-        """Run a job; per-job limits override the pool's defaults."""
+        """Run a job; per-job limits override the pool's defaults.
+
+        ``name`` labels the job in the pool's log lines (the worker passes the task's name, for
+        example when a pool warns once per task that it cannot enforce that task's limits);
+        pools may ignore it.
+        """
 
     @property
     def num_processes(self) -> int:
@@ -182,6 +196,14 @@ class LoopContext(Protocol):
 
     connection: Any
     hub: Hub | None
+    #: kombu's timer (``kombu.asynchronous.timer.Timer``), shared with the hub when there is one
+    timer: Any
+
+    def heartbeat_rate(self) -> float:
+        """How many times per heartbeat interval to check AMQP heartbeats."""
+
+    def drain_timeout(self, default: float) -> float:
+        """How long a blocking drain may wait now (shorter while pool threads report back)."""
 
     def should_run(self) -> bool:
         """False once the worker is stopping or the connection was closed."""

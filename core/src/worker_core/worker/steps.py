@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .. import execution
 from ..bootsteps import Condition, Step
+from ..exceptions import PoolError
+from ..slots import PoolOptions
 
 if TYPE_CHECKING:
     from ..options import WorkerOptions
@@ -20,10 +23,13 @@ class TimerStep(Step["Worker"]):
     label = "ETA, countdown and periodic checks"
 
     def start(self, worker: Worker) -> None:
-        worker.start_timer()
+        from kombu.asynchronous.timer import Timer
+
+        worker.timer = Timer()
 
     def stop(self, worker: Worker) -> None:
-        worker.stop_timer()
+        if worker.timer is not None:
+            worker.timer.clear()
 
 
 class HubStep(Step["Worker"]):
@@ -35,10 +41,17 @@ class HubStep(Step["Worker"]):
     label = "kombu hub: one poller for broker, pool and timer"
 
     def start(self, worker: Worker) -> None:
-        worker.start_hub()
+        from kombu.asynchronous import Hub, set_event_loop
+
+        worker.hub = Hub(timer=worker.timer)
+        set_event_loop(worker.hub)
 
     def stop(self, worker: Worker) -> None:
-        worker.stop_hub()
+        if worker.hub is not None:
+            from kombu.asynchronous import set_event_loop
+
+            worker.hub.close()
+            set_event_loop(None)
 
 
 class PoolStep(Step["Worker"]):
@@ -57,13 +70,35 @@ class PoolStep(Step["Worker"]):
         return f"{options.pool} pool, {size}, {options.scheduling} scheduling"
 
     def start(self, worker: Worker) -> None:
-        worker.start_pool()
+        options = worker.options
+        pool_cls = worker.plugins.slot("pool", options.pool)
+        size = max(1, options.autoscale.min) if options.autoscale else (options.concurrency or 1)
+        pool_options = PoolOptions(
+            concurrency=size,
+            soft_time_limit=options.soft_time_limit,
+            time_limit=options.time_limit,
+            max_tasks_per_child=options.max_tasks_per_child,
+            max_memory_per_child=options.max_memory_per_child,
+            scheduling=options.scheduling,
+            initializer=execution.process_initializer,
+            extra=options.extra,
+        )
+        pool_cls.check_options(pool_options)
+        pool = pool_cls(pool_options)
+        worker.pool = pool
+        pool.start()
+        if not pool.did_start_ok():
+            raise PoolError(f"Could not start worker processes ({options.pool} pool)")
+        if worker.hub is not None:
+            pool.register_with_event_loop(worker.hub)
 
     def stop(self, worker: Worker) -> None:
-        worker.stop_pool(terminate=False)
+        if worker.pool is not None:
+            worker.pool.stop()
 
     def terminate(self, worker: Worker) -> None:
-        worker.stop_pool(terminate=True)
+        if worker.pool is not None:
+            worker.pool.terminate()
 
 
 class AutoscalerStep(Step["Worker"]):
@@ -79,10 +114,25 @@ class AutoscalerStep(Step["Worker"]):
         return f"{options.autoscaler} autoscaler, {bounds} processes"
 
     def start(self, worker: Worker) -> None:
-        worker.start_autoscaler()
+        options = worker.options
+        assert options.autoscale is not None
+        factory = worker.plugins.slot("autoscaler", options.autoscaler)
+        scaler = factory(
+            worker.pool,
+            options.autoscale.max,
+            options.autoscale.min,
+            demand=worker.demand,
+            on_max_change=worker.on_max_concurrency_change,
+            hub=worker.hub,
+        )
+        worker.autoscaler = scaler
+        if worker.hub is not None:
+            worker.on_task_message.append(scaler.maybe_scale)
+        scaler.start()
 
     def stop(self, worker: Worker) -> None:
-        worker.stop_autoscaler()
+        if worker.autoscaler is not None:
+            worker.autoscaler.stop()
 
 
 class ConsumerStep(Step["Worker"]):
@@ -96,13 +146,18 @@ class ConsumerStep(Step["Worker"]):
         return f"queues {', '.join(options.queues)}; prefetch {prefetch}"
 
     def start(self, worker: Worker) -> None:
-        worker.start_consumer()
+        from ..consumer.consumer import Consumer
+
+        worker.consumer = Consumer(worker)
+        worker.consumer.start()
 
     def stop(self, worker: Worker) -> None:
-        worker.stop_consumer(terminate=False)
+        if worker.consumer is not None:
+            worker.consumer.stop(terminate=False)
 
     def terminate(self, worker: Worker) -> None:
-        worker.stop_consumer(terminate=True)
+        if worker.consumer is not None:
+            worker.consumer.stop(terminate=True)
 
 
 def WORKER_STEPS() -> list[Step["Worker"]]:

@@ -1,0 +1,444 @@
+"""The consumer: takes messages from the broker, keeps the prefetch window, dispatches requests
+to the pool when it has room, and survives lost connections by restarting its blueprint."""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import kombu
+from kombu.common import QoS
+
+from ..app.broker import task_queue
+from ..bootsteps import Blueprint
+from ..exceptions import ConnectionLostError
+from ..protocol import utcnow
+from .connect import Connector
+from .handler import describe_message, make_handler
+
+if TYPE_CHECKING:
+    from kombu.message import Message
+
+    from ..request import Request
+    from ..worker.worker import Worker
+
+__all__ = ["Consumer"]
+
+logger = logging.getLogger("worker.consumer")
+
+
+class Consumer:
+    """Runs the consumer blueprint (Connection, Tasks, Loop) inside the worker's Consumer step.
+
+    It is also the event loop's :class:`~worker_core.slots.LoopContext`.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.app = worker.app
+        self.options = worker.options
+        self.hostname = worker.hostname
+        self.timer = worker.timer
+        self.hub = worker.hub
+        self.blueprint: Blueprint[Consumer] = Blueprint(worker.plan.graph("consumer"))
+        settings = self.app.settings
+        self.multiplier = self.options.prefetch_multiplier
+        self.max_prefetch = (self.options.max_concurrency or 1) * self.multiplier
+        self.connector = Connector(
+            worker.plugins, settings, self.options.brokers, self.options.failover,
+            should_continue=lambda: not worker.stopping,
+            connection_options=self._heartbeat_options(),
+        )
+        self.connection: kombu.Connection | None = None
+        self.task_consumer: kombu.Consumer | None = None
+        self.qos: QoS | None = None
+        self.fcfs = self.options.scheduling == "fcfs"
+        self.log_info = logger.isEnabledFor(logging.INFO) or logging.getLogger("worker.request").isEnabledFor(
+            logging.INFO
+        )
+        # requests: ready to dispatch, waiting for their ETA, running or queued in the pool
+        self.ready: collections.deque[Request] = collections.deque()
+        self.eta_held: set[Request] = set()
+        self.reserved: set[Request] = set()
+        self.active: set[Request] = set()
+        self.inflight = 0
+        self.totals: collections.Counter[str] = collections.Counter()
+        self.restart_count = 0
+        self.reduced_prefetch = False
+        self._initial_prefetch: int | None = None
+        self._dispatching = False
+        self._draining = False
+        self._ready_once = False
+        self._loop_ident = threading.get_ident()
+        self._pending: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+        self._waker: tuple[int, int] | None = None
+        self._wake_sent = False
+        self._handler = make_handler(self)
+
+    def _heartbeat_options(self) -> dict[str, Any]:
+        return {"heartbeat": self.app.settings.broker_heartbeat} if self.app.settings.broker_heartbeat else {}
+
+    # -- shutdown flags ----------------------------------------------------------------------------
+
+    @property
+    def terminating(self) -> bool:
+        return self.worker.terminating
+
+    # -- lifecycle: run the blueprint, restart it after a lost connection ---------------------------
+
+    def start(self) -> None:
+        self._loop_ident = threading.get_ident()
+        while True:
+            try:
+                self.blueprint.start(self)
+                return
+            except Exception as exc:
+                if self.worker.stopping and (self._is_connection_error(exc) or isinstance(exc, ConnectionLostError)):
+                    return
+                if not self._is_connection_error(exc):
+                    raise
+                logger.warning(
+                    "consumer: Connection to broker lost. Trying to re-establish the connection... (%s: %s)",
+                    type(exc).__name__, exc,
+                )
+                self.restart_count += 1
+                self._after_connection_lost()
+
+    def stop(self, *, terminate: bool) -> None:
+        (self.blueprint.terminate if terminate else self.blueprint.stop)(self)
+        self._close_waker()
+
+    def _is_connection_error(self, exc: BaseException) -> bool:
+        connection = self.connection
+        errors: tuple[type[BaseException], ...] = (OSError,)
+        if connection is not None:
+            errors += tuple(connection.recoverable_connection_errors) + tuple(
+                connection.recoverable_channel_errors
+            )
+        return isinstance(exc, errors)
+
+    def _after_connection_lost(self) -> None:
+        """Celery's prefetch reduction: do not over-fetch while tasks are still running."""
+        running = len(self.active)
+        if running and self.app.settings.worker_enable_prefetch_count_reduction:
+            reduced = max(self.multiplier, self.max_prefetch - running * self.multiplier)
+            if reduced < self.max_prefetch:
+                self.reduced_prefetch = True
+                self._initial_prefetch = reduced
+                logger.info(
+                    "Temporarily reducing the prefetch count to %d to avoid over-fetching since %d tasks "
+                    "are currently being processed.\nThe prefetch count will be gradually restored to %d "
+                    "as the tasks complete processing.", reduced, running, self.max_prefetch,
+                )
+
+    # -- Connection step -------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        self.connection = self.connector.connect(on_wait=self.perform_pending_operations)
+
+    def disconnect(self) -> None:
+        connection, self.connection = self.connection, None
+        self.task_consumer = None
+        if connection is not None:
+            try:
+                connection.release()
+            except Exception as exc:
+                logger.debug("error while closing the broker connection: %r", exc)
+
+    # -- Tasks step ------------------------------------------------------------------------------
+
+    def start_consuming(self) -> None:
+        assert self.connection is not None
+        channel = self.connection.default_channel
+        queues = [task_queue(name, self.app.settings) for name in self.options.queues]
+        self.task_consumer = kombu.Consumer(channel, queues=queues, on_message=self._handler, no_ack=False)
+        prefetch = self._initial_prefetch or self.max_prefetch
+        self._initial_prefetch = None
+        self.qos = QoS(self._set_prefetch, prefetch)
+        self.qos.update()
+        logger.debug("basic.qos: prefetch_count->%d", prefetch)
+        self.task_consumer.consume()
+
+    def _set_prefetch(self, prefetch_count: int) -> None:
+        if self.task_consumer is not None:
+            self.task_consumer.qos(prefetch_count=prefetch_count, apply_global=True)
+
+    def stop_consuming(self) -> None:
+        if self.task_consumer is not None:
+            try:
+                self.task_consumer.cancel()
+            except Exception as exc:
+                logger.debug("error while cancelling the consumer: %r", exc)
+
+    # -- Loop step -------------------------------------------------------------------------------
+
+    def run_loop(self) -> None:
+        loop = self.worker.plugins.slot("loop", self.options.loop)()
+        hub = self.hub
+        if hub is not None:
+            if self.restart_count:
+                # The lost connection's descriptors and tick callbacks must not linger in the
+                # poller; everything that lives on the hub registers again.
+                hub.reset()
+                hub.on_tick.clear()
+                if self.worker.pool is not None:
+                    self.worker.pool.register_with_event_loop(hub)
+            self._install_waker()
+        loop.run(self)
+
+    def on_ready(self) -> None:
+        if not self._ready_once:
+            self._ready_once = True
+            self.worker.on_ready()
+
+    def should_run(self) -> bool:
+        if self.worker.terminating:
+            return False
+        if self.connection is None:
+            return False
+        if self.worker.stopping:
+            if not self._draining:
+                self._begin_drain()
+            return self.inflight > 0
+        return True
+
+    def _begin_drain(self) -> None:
+        self._draining = True
+        self.stop_consuming()
+        held = len(self.ready) + len(self.eta_held)
+        for request in list(self.eta_held):
+            if request.timer_entry is not None:
+                request.timer_entry.cancel()
+        self.ready.clear()
+        self.eta_held.clear()
+        logger.info(
+            "Warm shutdown: waiting for %d running task(s); %d not started will go back to the broker",
+            self.inflight, held,
+        )
+
+    def heartbeat_rate(self) -> float:
+        return float(self.app.settings.broker_heartbeat_checkrate)
+
+    def drain_timeout(self, default: float) -> float:
+        """How long a blocking drain may wait: short while pool threads may queue callbacks."""
+        if self._pending:
+            return 0.0
+        return 0.01 if self.inflight else default
+
+    def update_qos(self) -> None:
+        qos = self.qos
+        if qos is not None and qos.prev != qos.value:
+            qos.update()
+
+    # -- work coming back from other threads -------------------------------------------------------
+
+    def in_loop(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Call ``fn(*args)`` in the loop's thread (now, if this is that thread)."""
+        if threading.get_ident() == self._loop_ident:
+            fn(*args)
+            return
+        self._pending.append((fn, args))
+        if self._waker is not None and not self._wake_sent:
+            self._wake_sent = True
+            try:
+                os.write(self._waker[1], b"\0")
+            except OSError:
+                pass
+
+    def wake(self) -> None:
+        """Interrupt a hub loop waiting in poll (safe from a signal handler)."""
+        if self._waker is not None:
+            try:
+                os.write(self._waker[1], b"\0")
+            except OSError:
+                pass
+
+    def perform_pending_operations(self) -> None:
+        pending = self._pending
+        while pending:
+            fn, args = pending.popleft()
+            try:
+                fn(*args)
+            except Exception:
+                logger.exception("error in a callback from the pool")
+
+    def _install_waker(self) -> None:
+        if self._waker is None:
+            read_fd, write_fd = os.pipe()
+            os.set_blocking(read_fd, False)
+            os.set_blocking(write_fd, False)
+            self._waker = (read_fd, write_fd)
+        assert self.hub is not None
+        self.hub.add_reader(self._waker[0], self._on_wake)
+
+    def _on_wake(self, *_: Any) -> None:
+        assert self._waker is not None
+        self._wake_sent = False
+        try:
+            while os.read(self._waker[0], 4096):
+                pass
+        except BlockingIOError:
+            pass
+        self.perform_pending_operations()
+
+    def _close_waker(self) -> None:
+        if self._waker is not None:
+            if self.hub is not None:
+                try:
+                    self.hub.remove(self._waker[0])
+                except Exception:
+                    pass
+            for fd in self._waker:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            self._waker = None
+
+    # -- broker operations (loop thread only) --------------------------------------------------
+
+    def ack(self, message: Message) -> None:
+        try:
+            message.ack()
+        except Exception as exc:
+            logger.error("Could not acknowledge %s: %r; the broker will deliver it again",
+                         describe_message(message), exc)
+        self._restore_prefetch_step()
+
+    def reject(self, message: Message, *, requeue: bool) -> None:
+        try:
+            message.reject(requeue=requeue)
+        except Exception as exc:
+            logger.error("Could not reject %s: %r", describe_message(message), exc)
+        self._restore_prefetch_step()
+
+    def _restore_prefetch_step(self) -> None:
+        if not self.reduced_prefetch or self.qos is None:
+            return
+        if self.qos.value < self.max_prefetch:
+            self.qos.increment_eventually(min(self.multiplier, self.max_prefetch - self.qos.value))
+        if self.qos.value >= self.max_prefetch:
+            self.reduced_prefetch = False
+            logger.info(
+                "Resuming normal operations following a restart.\nPrefetch count has been restored to "
+                "the maximum of %d", self.max_prefetch,
+            )
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        self.worker.notify(hook, **kwargs)
+
+    def receive(self, request: Request) -> None:
+        if self.log_info:
+            logger.info("Task %s received", request.label)
+        self.notify("task_received", request=request)
+        envelope = request.envelope
+        if envelope.expires is not None or envelope.eta is not None:
+            now = utcnow()
+            if envelope.expires is not None and envelope.expires <= now:
+                request.revoke("expired")
+                return
+            if envelope.eta is not None and envelope.eta > now:
+                self._hold_until_eta(request, (envelope.eta - now).total_seconds())
+                return
+        self._reserve(request)
+
+    def _hold_until_eta(self, request: Request, delay: float) -> None:
+        # The message stays unacknowledged until it runs; widen the window so it does not
+        # block other messages meanwhile.
+        assert self.qos is not None and self.timer is not None
+        self.qos.increment_eventually()
+        self.eta_held.add(request)
+        request.timer_entry = self.timer.call_after(delay, self._eta_due, (request,))
+
+    def _eta_due(self, request: Request) -> None:
+        if request not in self.eta_held:
+            return
+        self.eta_held.discard(request)
+        request.timer_entry = None
+        if self.qos is not None:
+            self.qos.decrement_eventually()
+        expires = request.envelope.expires
+        if expires is not None and expires <= utcnow():
+            request.revoke("expired")
+            return
+        self._reserve(request)
+
+    def _reserve(self, request: Request) -> None:
+        self.reserved.add(request)
+        self.ready.append(request)
+        for callback in self.worker.on_task_message:
+            callback()
+        self.dispatch()
+
+    def change_max_prefetch(self, difference: int) -> None:
+        """The pool's maximum moved by ``difference``: move the prefetch by that many times the
+        multiplier (the autoscaler's ``update``)."""
+        delta = difference * self.multiplier
+        self.max_prefetch = max(self.multiplier, self.max_prefetch + delta)
+        if self.qos is not None:
+            if delta > 0:
+                self.qos.increment_eventually(delta)
+            elif delta < 0:
+                self.qos.decrement_eventually(-delta)
+
+    def capacity(self) -> float:
+        pool = self.worker.pool
+        if self.fcfs or pool is None:
+            return math.inf
+        return float(pool.num_processes)
+
+    def dispatch(self) -> None:
+        """Hand ready requests to the pool while it has room (only idle executors under fair)."""
+        if self._dispatching or self._draining:
+            return
+        self._dispatching = True
+        try:
+            pool = self.worker.pool
+            ready = self.ready
+            while ready and self.inflight < self.capacity():
+                request = ready.popleft()
+                expires = request.envelope.expires
+                if expires is not None and expires <= utcnow():
+                    request.revoke("expired")
+                    continue
+                self.inflight += 1
+                try:
+                    request.execute_using_pool(pool)
+                except Exception as exc:
+                    self.inflight -= 1
+                    logger.error("Could not hand %s to the pool: %r; it goes back to the broker",
+                                 request.label, exc)
+                    self.reserved.discard(request)
+                    request.reject(requeue=True)
+        finally:
+            self._dispatching = False
+
+    def task_started(self, request: Request) -> None:
+        self.active.add(request)
+        self.notify("task_started", request=request, pid=request.worker_pid)
+
+    def task_done(self, request: Request, *, started: bool = True) -> None:
+        request.finished = True
+        self.reserved.discard(request)
+        self.active.discard(request)
+        if started:
+            self.inflight -= 1
+        self.totals[request.name] += 1
+        if not self._dispatching:
+            self.dispatch()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "prefetch_count": self.qos.value if self.qos is not None else None,
+            "total": dict(self.totals),
+            "reserved": len(self.reserved),
+            "active": len(self.active),
+            "broker": self.connector.current,
+        }

@@ -1,0 +1,114 @@
+"""Running one task inside an executor (inline, a thread, or a pool child) and storing its result.
+
+:func:`execute` is what the worker hands to the pool: a module-level function taking plain data,
+so a process pool can send it to a child. It never raises for a task's own errors; it stores
+the result and returns a small outcome tuple for the worker's log and acknowledgement rules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from collections.abc import Callable, Mapping
+from time import perf_counter
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import Ignore, Reject, ResultError, Retry
+from .protocol import safe_repr
+from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
+
+if TYPE_CHECKING:
+    from .app.base import App
+
+__all__ = ["install", "execute", "process_initializer", "Outcome"]
+
+logger = logging.getLogger("worker.execution")
+
+#: ``(kind, runtime, *details)``; kind is success, failure, retry, ignored or reject.
+Outcome = tuple[Any, ...]
+
+_app: App | None = None
+_on_process_init: Callable[[int], None] | None = None
+
+
+def install(app: App, on_process_init: Callable[[int], None] | None = None) -> None:
+    """Tell executors which app's tasks to run (done before the pool starts, so forked
+    children inherit it)."""
+    global _app, _on_process_init
+    _app = app
+    _on_process_init = on_process_init
+
+
+def process_initializer() -> None:
+    """Run once in every new pool process or thread before it takes jobs."""
+    if _on_process_init is not None:
+        _on_process_init(os.getpid())
+
+
+def _store(app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]) -> None:
+    app.backend.store_result(task_id, result, state, tb, fields)
+
+
+def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
+            fields: dict[str, Any]) -> Outcome:
+    """Run task ``name`` with ``args``/``kwargs`` and store its state.
+
+    :param fields: the request's protocol fields (retries, eta, root_id, delivery_info, ...);
+        ``fields["log_result"]`` asks for the return value's repr in the outcome.
+    """
+    app = _app
+    assert app is not None, "worker_core.execution.install() must run before tasks execute"
+    from .app.context import TaskContext, pushed
+
+    task = app.tasks[name]
+    log_result = fields.pop("log_result", False)
+    store = not (fields.get("ignore_result") or task.ignore_result)
+    context = TaskContext(id=task_id, task=name, args=args, kwargs=kwargs, called_directly=False, **fields)
+    started = perf_counter()
+    if store and task.track_started:
+        _store(app, task_id, {"pid": os.getpid(), "hostname": fields.get("hostname")}, STARTED, None, fields)
+    with pushed(context):
+        try:
+            retval = task.run(*args, **kwargs)
+        except Retry as exc:
+            runtime = perf_counter() - started
+            if store:
+                reason = exc.exc if exc.exc is not None else exc
+                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), fields)
+            return ("retry", runtime, str(exc))
+        except Ignore:
+            return ("ignored", perf_counter() - started)
+        except Reject as exc:
+            return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+        except Exception as exc:
+            runtime = perf_counter() - started
+            text = traceback.format_exc()
+            if store:
+                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, fields)
+            return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
+    runtime = perf_counter() - started
+    if store:
+        try:
+            _store(app, task_id, retval, SUCCESS, None, fields)
+        except Exception as exc:  # the value could not be encoded, or the backend failed
+            text = traceback.format_exc()
+            error = ResultError(
+                f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
+            )
+            _safe_store(app, task_id, encode_exception(error), FAILURE, text, fields)
+            return ("failure", runtime, type(exc).__name__, safe_repr(error, 500), text)
+    return ("success", runtime, safe_repr(retval, 300) if log_result else None)
+
+
+def _safe_store(app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]) -> None:
+    try:
+        _store(app, task_id, result, state, tb, fields)
+    except Exception:
+        logger.exception("could not store state %s for task %s", state, task_id)
+
+
+def _traceback(exc: BaseException | None) -> str | None:
+    if exc is None or exc.__traceback__ is None:
+        return None
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

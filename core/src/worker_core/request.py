@@ -1,0 +1,238 @@
+"""A received task message on the worker side: dispatch to the pool, then acknowledge,
+reject or requeue it by Celery's rules once the pool reports back."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import TaskRevokedError, TimeLimitExceeded, WorkerLostError
+from .execution import execute
+from .protocol import TaskEnvelope, to_iso
+from .results.meta import FAILURE, REVOKED, encode_exception
+
+if TYPE_CHECKING:
+    from kombu.message import Message
+
+    from .app.task import Task
+    from .consumer.consumer import Consumer
+
+__all__ = ["Request"]
+
+logger = logging.getLogger("worker.request")
+
+
+class Request:
+    """One task message between its arrival and its acknowledgement.
+
+    Pool callbacks (:meth:`on_accepted`, :meth:`on_result`, :meth:`on_error`,
+    :meth:`on_timeout`) may come from any thread; they hop to the consumer's loop thread before
+    touching the broker.
+    """
+
+    __slots__ = (
+        "consumer", "message", "envelope", "task", "name", "id", "acks_late", "acknowledged",
+        "time_start", "worker_pid", "finished", "timer_entry",
+    )
+
+    def __init__(self, consumer: Consumer, message: Message, envelope: TaskEnvelope, task: Task) -> None:
+        self.consumer = consumer
+        self.message = message
+        self.envelope = envelope
+        self.task = task
+        self.name = envelope.name
+        self.id = envelope.id
+        self.acks_late = task.acks_late
+        self.acknowledged = False
+        self.time_start: float | None = None
+        self.worker_pid: int | None = None
+        self.finished = False
+        self.timer_entry: Any = None
+
+    def __repr__(self) -> str:
+        return f"<Request {self.name}[{self.id}]>"
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}[{self.id}]"
+
+    # -- facts ---------------------------------------------------------------------------------
+
+    def delivery_info(self) -> dict[str, Any]:
+        info = self.message.delivery_info or {}
+        properties = self.message.properties or {}
+        return {
+            "exchange": info.get("exchange"),
+            "routing_key": info.get("routing_key"),
+            "priority": properties.get("priority"),
+            "redelivered": bool(info.get("redelivered")),
+        }
+
+    def request_fields(self) -> dict[str, Any]:
+        """The request as the task sees it (``self.request``), plain data for the executor."""
+        envelope = self.envelope
+        headers = envelope.headers
+        eta = headers.get("eta")
+        expires = headers.get("expires")
+        return {
+            "retries": envelope.retries,
+            "eta": eta if isinstance(eta, str) or eta is None else to_iso(envelope.eta) if envelope.eta else None,
+            "expires": expires if isinstance(expires, str) or expires is None
+            else to_iso(envelope.expires) if envelope.expires else None,
+            "timelimit": (envelope.time_limit, envelope.soft_time_limit),
+            "root_id": envelope.root_id,
+            "parent_id": envelope.parent_id,
+            "group": envelope.group,
+            "group_index": envelope.group_index,
+            "origin": envelope.origin,
+            "hostname": self.consumer.hostname,
+            "reply_to": envelope.reply_to,
+            "correlation_id": envelope.correlation_id,
+            "delivery_info": self.delivery_info(),
+            "ignore_result": envelope.ignore_result,
+        }
+
+    def limits(self) -> tuple[float | None, float | None]:
+        """``(soft, hard)`` seconds from the message, else the task's own, else the pool's."""
+        envelope = self.envelope
+        soft = envelope.soft_time_limit if envelope.soft_time_limit is not None else self.task.soft_time_limit
+        hard = envelope.time_limit if envelope.time_limit is not None else self.task.time_limit
+        return soft, hard
+
+    # -- running -----------------------------------------------------------------------------
+
+    def execute_using_pool(self, pool: Any) -> None:
+        fields = self.request_fields()
+        fields["log_result"] = self.consumer.log_info
+        soft, hard = self.limits()
+        envelope = self.envelope
+        pool.apply_async(
+            execute,
+            (self.name, self.id, envelope.args, envelope.kwargs, fields),
+            callback=self.on_result,
+            error_callback=self.on_error,
+            accept_callback=self.on_accepted,
+            timeout_callback=self.on_timeout,
+            soft_timeout=soft,
+            timeout=hard,
+        )
+
+    def on_accepted(self, pid: int, time_accepted: float) -> None:
+        self.consumer.in_loop(self._accepted, pid, time_accepted)
+
+    def _accepted(self, pid: int, time_accepted: float) -> None:
+        self.worker_pid = pid
+        self.time_start = time_accepted
+        if not self.acks_late:
+            self.acknowledge()
+        self.consumer.task_started(self)
+
+    def on_result(self, outcome: tuple[Any, ...]) -> None:
+        self.consumer.in_loop(self._result, outcome)
+
+    def _result(self, outcome: tuple[Any, ...]) -> None:
+        if self.finished:
+            return
+        kind = outcome[0]
+        consumer = self.consumer
+        if kind == "success":
+            if consumer.log_info:
+                logger.info("Task %s succeeded in %.6fs: %s", self.label, outcome[1], outcome[2])
+            consumer.notify("task_succeeded", request=self, runtime=outcome[1])
+            self._ack_late()
+        elif kind == "failure":
+            logger.error("Task %s raised unexpected: %s\n%s", self.label, outcome[3], outcome[4].rstrip())
+            consumer.notify("task_failed", request=self, exc_type=outcome[2], exc_message=outcome[3],
+                            runtime=outcome[1])
+            self._settle_failure(timeout=False)
+        elif kind == "retry":
+            if consumer.log_info:
+                logger.info("Task %s retry: %s", self.label, outcome[2])
+            consumer.notify("task_retried", request=self, reason=outcome[2])
+            self._ack_late()
+        elif kind == "reject":
+            requeue, reason = outcome[2], outcome[3]
+            logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
+            consumer.notify("task_rejected", request=self, reason=reason, requeue=requeue)
+            self.reject(requeue=requeue)
+        else:  # ignored
+            self._ack_late()
+        consumer.task_done(self)
+
+    def on_error(self, exc: BaseException) -> None:
+        self.consumer.in_loop(self._error, exc)
+
+    def _error(self, exc: BaseException) -> None:
+        if self.finished:
+            return
+        consumer = self.consumer
+        if consumer.terminating:
+            # cold shutdown: leave the message unacknowledged; closing the channel gives it back
+            consumer.task_done(self)
+            return
+        text = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:
+            logger.error("Task %s lost its process (%s); requeued (reject_on_worker_lost)", self.label, exc)
+            consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
+                            runtime=0.0)
+            self.reject(requeue=True)
+            consumer.task_done(self)
+            return
+        if not isinstance(exc, TimeLimitExceeded):
+            logger.error("Task %s failed: %s", self.label, text)
+        self.store(encode_exception(exc), FAILURE, text)
+        consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
+                        runtime=0.0)
+        self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
+        consumer.task_done(self)
+
+    def on_timeout(self, soft: bool, seconds: float) -> None:
+        if soft:
+            logger.warning("Soft time limit (%ss) exceeded for %s", _seconds(seconds), self.label)
+        else:
+            logger.error("Hard time limit (%ss) exceeded for %s", _seconds(seconds), self.label)
+
+    def revoke(self, reason: str) -> None:
+        """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked)."""
+        logger.info("Discarding revoked task: %s (%s)", self.label, reason)
+        self.store(encode_exception(TaskRevokedError(reason)), REVOKED, None)
+        self.consumer.notify("task_revoked", request=self, reason=reason)
+        self.acknowledge()
+        self.consumer.task_done(self, started=False)
+
+    # -- acknowledgement ---------------------------------------------------------------------------
+
+    def _ack_late(self) -> None:
+        if self.acks_late:
+            self.acknowledge()
+
+    def _settle_failure(self, *, timeout: bool) -> None:
+        """Celery's rules for a failed or timed-out task with ``acks_late``."""
+        if not self.acks_late:
+            return
+        if self.task.acks_on_failure_or_timeout:
+            self.acknowledge()
+        else:
+            self.reject(requeue=timeout)
+
+    def acknowledge(self) -> None:
+        if not self.acknowledged:
+            self.acknowledged = True
+            self.consumer.ack(self.message)
+
+    def reject(self, requeue: bool = False) -> None:
+        if not self.acknowledged:
+            self.acknowledged = True
+            self.consumer.reject(self.message, requeue=requeue)
+
+    def store(self, result: Any, state: str, traceback: str | None) -> None:
+        if self.envelope.ignore_result or self.task.ignore_result:
+            return
+        try:
+            self.consumer.app.backend.store_result(self.id, result, state, traceback, self.request_fields())
+        except Exception:
+            logger.exception("could not store state %s for task %s", state, self.label)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"

@@ -1,0 +1,135 @@
+"""The worker: typed slots for its components, the worker blueprint, and warm/cold shutdown."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import execution
+from ..bootsteps import Blueprint
+
+if TYPE_CHECKING:
+    from kombu.asynchronous import Hub
+    from kombu.asynchronous.timer import Timer
+
+    from ..app.base import App
+    from ..consumer.consumer import Consumer
+    from ..plan import Plan
+    from ..plugins.manager import PluginManager
+    from ..slots import Autoscaler, Pool
+
+__all__ = ["Worker"]
+
+logger = logging.getLogger("worker")
+
+OBSERVER_HOOKS = (
+    "worker_init", "worker_ready", "worker_shutdown", "worker_process_init", "task_received",
+    "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected", "task_revoked",
+)
+
+
+class Worker:
+    """Runs the worker blueprint for one app and one plan.
+
+    Steps fill the declared slots below as they start (no other attributes are added).
+    """
+
+    def __init__(self, app: App, plan: Plan, plugins: PluginManager) -> None:
+        self.app = app
+        self.plan = plan
+        self.options = plan.options
+        self.plugins = plugins
+        self.hostname = self.options.hostname
+        self.pid = os.getpid()
+        self.timer: Timer | None = None
+        self.hub: Hub | None = None
+        self.pool: Pool | None = None
+        self.autoscaler: Autoscaler | None = None
+        self.consumer: Consumer | None = None
+        #: called for every task message the consumer reserves (the autoscaler checks demand)
+        self.on_task_message: list[Callable[[], None]] = []
+        self.stopping = False
+        self.terminating = False
+        self.ready = False
+        self.started_at = time.monotonic()
+        self.blueprint: Blueprint[Worker] = Blueprint(plan.graph("worker"))
+        # Observer hooks nobody implements cost nothing on the per-task path.
+        self._observed = frozenset(name for name in OBSERVER_HOOKS if plugins.impls(name))
+
+    # -- running -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every step; returns once the worker has stopped (warm or cold)."""
+        execution.install(self.app, self._process_init)
+        self.notify("worker_init", worker=self)
+        try:
+            self.blueprint.start(self)
+        finally:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        how = "cold" if self.terminating else "warm"
+        if self.blueprint.started:
+            self.notify("worker_shutdown", worker=self, how=how)
+        if self.terminating:
+            self.blueprint.terminate(self)
+        else:
+            self.blueprint.stop(self)
+
+    def request_stop(self, *, cold: bool = False) -> None:
+        """Ask the worker to stop (safe from a signal handler): warm first, cold when asked
+        again or with ``cold=True``."""
+        if not self.stopping and not cold:
+            logger.warning("worker: Warm shutdown (MainProcess)")
+        if (cold or self.stopping) and not self.terminating:
+            logger.warning("worker: Cold shutdown (MainProcess)")
+            self.terminating = True
+        self.stopping = True
+        consumer = self.consumer
+        if consumer is not None:
+            consumer.wake()
+        if self.terminating:
+            from ..pools.solo import interrupt_inline_job
+
+            interrupt_inline_job()
+
+    def on_ready(self) -> None:
+        self.ready = True
+        logger.info("%s ready.", self.hostname)
+        self.notify("worker_ready", worker=self)
+
+    # -- what the autoscaler needs ---------------------------------------------------------------
+
+    def demand(self) -> int:
+        """Requests reserved by the consumer: waiting for the pool or running."""
+        return len(self.consumer.reserved) if self.consumer is not None else 0
+
+    def on_max_concurrency_change(self, difference: int) -> None:
+        if self.consumer is not None:
+            self.consumer.in_loop(self.consumer.change_max_prefetch, difference)
+
+    # -- hooks -------------------------------------------------------------------------------
+
+    def notify(self, hook: str, **kwargs: Any) -> None:
+        if hook in self._observed:
+            self.plugins.notify(hook, **kwargs)
+
+    def _process_init(self, pid: int) -> None:
+        self.notify("worker_process_init", pid=pid)
+
+    # -- introspection -----------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "hostname": self.hostname,
+            "pid": self.pid,
+            "uptime": round(time.monotonic() - self.started_at, 3),
+            "pool": dict(self.pool.info()) if self.pool is not None else None,
+            "autoscaler": dict(self.autoscaler.info()) if self.autoscaler is not None else None,
+        }
+        if self.consumer is not None:
+            info.update(self.consumer.info())
+        return info
