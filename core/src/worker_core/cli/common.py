@@ -21,6 +21,7 @@ __all__ = [
     "fail",
     "with_worker_options",
     "warn_failures",
+    "prepare_app",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -237,3 +238,22 @@ def warn_failures(manager: PluginManager) -> None:
     """Print one line per plugin that failed to load but that this command does not need."""
     for line in manager.failures():
         click.echo(f"warning: {line}; skipped", err=True)
+
+
+def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
+    """Load the app named by ``-A`` and the worker defaults its settings give."""
+    from ..app.loader import load_app
+
+    app = load_app(spec)
+    settings = app.settings
+    defaults = WorkerOptions(
+        app=spec,
+        pool=settings.worker_pool,
+        concurrency=settings.worker_concurrency,
+        prefetch_multiplier=settings.worker_prefetch_multiplier,
+        max_tasks_per_child=settings.worker_max_tasks_per_child,
+        max_memory_per_child=settings.worker_max_memory_per_child,
+        failover=settings.broker_failover_strategy,
+        queues=(settings.task_default_queue,),
+    )
+    return app, defaults

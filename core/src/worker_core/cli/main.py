@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import click
 
+from .call_cmd import call
 from .plugins_cmd import plugins
 from .steps_cmd import steps
+from .worker_cmd import worker
 
 __all__ = ["main"]
 
@@ -19,5 +21,7 @@ def main() -> None:
     """
 
 
+main.add_command(worker)
+main.add_command(call)
 main.add_command(steps)
 main.add_command(plugins)

@@ -9,7 +9,14 @@ import click
 from ..bootsteps import FORMATS, render
 from ..exceptions import WorkerError
 from ..plan import make_plan
-from .common import PluginCommand, fail, options_from_params, warn_failures, with_worker_options
+from .common import (
+    PluginCommand,
+    fail,
+    options_from_params,
+    prepare_app,
+    warn_failures,
+    with_worker_options,
+)
 
 __all__ = ["steps"]
 
@@ -30,8 +37,15 @@ def steps(ctx: click.Context, as_graph: bool, fmt: str | None, show_all: bool, *
     command = ctx.command
     assert isinstance(command, PluginCommand)
     try:
-        options = options_from_params(params, manager, plugin_names=command.plugin_option_names)
-        plan = make_plan(options, manager)
+        broker_urls: tuple[str, ...] = ()
+        result_url = None
+        defaults = None
+        if params.get("app"):
+            app, defaults = prepare_app(params["app"])
+            broker_urls, result_url = app.broker_urls, app.settings.result_backend
+        options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
+                                      defaults=defaults)
+        plan = make_plan(options, manager, broker_urls=broker_urls, result_url=result_url)
     except WorkerError as exc:
         raise fail(exc) from None
     warn_failures(manager)

@@ -1,0 +1,30 @@
+# Set-up commands for a fresh machine. Each creates the virtualenv it needs.
+#   make demo   run a worker on the embedded transport (no server) and watch tasks complete
+#   make test   run the whole test suite (needs Redis and RabbitMQ on localhost)
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
+                 -e ./plugins/transport_redis -e ./plugins/transport_amqp
+
+.PHONY: venv demo test bench lint
+
+$(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
+	$(BIN)/pip install --disable-pip-version-check -q $(DISTRIBUTIONS)
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	$(BIN)/python examples/demo.py
+
+test: venv
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check core plugins tests bench examples
+	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
+	    plugins/transport_redis/src plugins/transport_amqp/src

@@ -1,0 +1,75 @@
+"""``workerctl call``: send a task by name, print its id, and optionally wait for the result."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from kombu.utils.json import dumps
+
+from ..exceptions import ResultTimeout, WorkerError
+from .common import fail
+
+__all__ = ["call"]
+
+
+def _json(value: str, what: str, kind: type) -> Any:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        example = "[2, 3]" if kind is list else '{"x": 1}'
+        raise click.BadParameter(f"must be JSON ({exc}); for example {example}", param_hint=what) from None
+    if not isinstance(parsed, kind):
+        raise click.BadParameter(f"must be a JSON {'array' if kind is list else 'object'} (got {value!r})",
+                                 param_hint=what)
+    return parsed
+
+
+@click.command()
+@click.argument("task_name")
+@click.option("-A", "--app", "app_spec", help="Tasks module whose settings (broker, backend) to use.")
+@click.option("-b", "--broker", help="Broker URL (default: the app's, else embedded://).")
+@click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON array.")
+@click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
+@click.option("--countdown", type=float, help="Run no sooner than this many seconds from now.")
+@click.option("--expires", type=float, help="Discard the task if it has not started within this many seconds.")
+@click.option("--queue", "-Q", help="Queue to send to (default: the app's routing, else celery).")
+@click.option("--priority", type=click.IntRange(0, 255), help="Message priority.")
+@click.option("--wait", is_flag=True, help="Wait for the result and print it.")
+@click.option("--timeout", type=float, help="With --wait: give up after this many seconds.")
+def call(task_name: str, app_spec: str | None, broker: str | None, args_json: str, kwargs_json: str,
+         countdown: float | None, expires: float | None, queue: str | None, priority: int | None,
+         wait: bool, timeout: float | None) -> None:
+    """Send TASK_NAME to a worker and print the task id (and with --wait, its result as JSON)."""
+    args = _json(args_json, "--args", list)
+    kwargs = _json(kwargs_json, "--kwargs", dict)
+    try:
+        if app_spec:
+            from .common import prepare_app
+
+            app, _ = prepare_app(app_spec)
+        else:
+            from ..app.base import App
+
+            app = App()
+        if broker:
+            app.conf.update(broker_url=broker)
+        result = app.send_task(task_name, args, kwargs, countdown=countdown, expires=expires,
+                               queue=queue, priority=priority)
+    except WorkerError as exc:
+        raise fail(exc) from None
+    except (TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(result.id)
+    if not wait:
+        return
+    try:
+        value = result.get(timeout=timeout)
+    except ResultTimeout as exc:
+        raise click.ClickException(str(exc)) from None
+    except WorkerError as exc:
+        raise fail(exc) from None
+    except Exception as exc:
+        raise click.ClickException(f"task {task_name}[{result.id}] failed: {type(exc).__name__}: {exc}") from None
+    click.echo(dumps(value))

@@ -1,0 +1,76 @@
+"""``workerctl worker``: run a worker."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+from typing import Any
+
+import click
+
+from ..exceptions import WorkerError, WorkerTerminate
+from ..plan import make_plan
+from .common import PluginCommand, fail, options_from_params, prepare_app, warn_failures, with_worker_options
+
+__all__ = ["worker"]
+
+logger = logging.getLogger("worker")
+
+
+@click.command(cls=PluginCommand)
+@with_worker_options
+@click.pass_context
+def worker(ctx: click.Context, **params: Any) -> None:
+    """Start a worker for the app given with -A.
+
+    SIGTERM or Ctrl-C stops it warmly (running tasks finish, messages not started go back to the
+    broker); a second one, or SIGQUIT, stops it cold.
+    """
+    from ..worker.banner import banner
+    from ..worker.logs import setup_logging
+    from ..worker.worker import Worker
+
+    manager = ctx.obj
+    command = ctx.command
+    assert isinstance(command, PluginCommand)
+    if not params.get("app"):
+        raise fail(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"))
+    try:
+        app, defaults = prepare_app(params["app"])
+        options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
+                                      defaults=defaults)
+        if params.get("brokers"):
+            app.conf.update(broker_url=";".join(options.brokers))
+        plan = make_plan(options, manager, broker_urls=app.broker_urls,
+                         result_url=app.settings.result_backend)
+    except WorkerError as exc:
+        raise fail(exc) from None
+    setup_logging(plan.options.loglevel)
+    warn_failures(manager)
+    click.echo(banner(app, plan, manager, params["app"]))
+    running = Worker(app, plan, manager)
+    _install_signals(running)
+    try:
+        running.start()
+    except WorkerTerminate:
+        pass  # cold shutdown abandoned a task running inline; its message goes back unacknowledged
+    except WorkerError as exc:
+        logger.critical("worker stopped: %s", exc)
+        sys.exit(1)
+    except Exception:
+        logger.critical("worker stopped by an unexpected error", exc_info=True)
+        sys.exit(1)
+
+
+def _install_signals(running: Any) -> None:
+    def warm(signum: int, frame: Any) -> None:
+        running.request_stop()
+
+    def cold(signum: int, frame: Any) -> None:
+        running.request_stop(cold=True)
+
+    signal.signal(signal.SIGTERM, warm)
+    signal.signal(signal.SIGINT, warm)
+    if hasattr(signal, "SIGQUIT"):
+        signal.signal(signal.SIGQUIT, cold)
