@@ -1,0 +1,1 @@
+"""Task modules the tests run real workers with."""

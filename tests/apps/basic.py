@@ -1,0 +1,87 @@
+"""Tasks for end-to-end tests; the broker comes from WORKER_BROKER_URL."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from worker_core import App
+
+app = App("basic")
+
+
+class Boom(Exception):
+    """A task's own exception type, to check it comes back as itself."""
+
+
+@app.task
+def add(x, y):
+    return x + y
+
+
+@app.task
+def boom(message="boom"):
+    raise Boom(message)
+
+
+@app.task
+def fail_value(message):
+    raise ValueError(message)
+
+
+@app.task(bind=True, max_retries=5, default_retry_delay=0.05)
+def flaky(self, failures):
+    if self.request.retries < failures:
+        raise self.retry(exc=RuntimeError(f"attempt {self.request.retries}"))
+    return self.request.retries
+
+
+@app.task(bind=True, max_retries=2, default_retry_delay=0.05)
+def always_retry(self):
+    raise self.retry(exc=Boom(f"gave up after {self.request.retries} retries"))
+
+
+@app.task(bind=True, autoretry_for=(ZeroDivisionError,), max_retries=3, retry_backoff=0.05,
+          retry_backoff_max=0.2, retry_jitter=False)
+def divide(self, x, y):
+    return x / y
+
+
+@app.task
+def sleep(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task(acks_late=True)
+def sleep_late(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+@app.task
+def record(path, value):
+    """Append ``value`` to a file: proof that the task ran (and how many times)."""
+    with open(path, "a") as handle:
+        handle.write(f"{value}\n")
+    return value
+
+
+@app.task(acks_late=True)
+def record_slowly(path, value, seconds):
+    time.sleep(seconds)
+    with open(path, "a") as handle:
+        handle.write(f"{value}\n")
+    return value
+
+
+@app.task(bind=True)
+def whoami(self):
+    return {"id": self.request.id, "retries": self.request.retries, "hostname": self.request.hostname,
+            "pid": os.getpid(), "queue": self.request.delivery_info.get("routing_key")}
+
+
+def lines(path):
+    file = Path(path)
+    return file.read_text().split() if file.exists() else []

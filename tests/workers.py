@@ -1,0 +1,94 @@
+"""Starting and stopping real ``workerctl worker`` processes from tests."""
+
+from __future__ import annotations
+
+import os
+import signal as signals
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+
+def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
+             message: str = "condition") -> object:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
+
+
+class WorkerProcess:
+    """A ``workerctl worker`` subprocess whose output goes to a log file."""
+
+    def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = TESTS) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        self._log = open(log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "worker_core", "worker", *self.args],
+            cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 20.0) -> WorkerProcess:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
+            return " ready." in self.log()
+
+        wait_for(ready, timeout, message="the worker to be ready")
+        return self
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> None:
+        try:
+            wait_for(lambda: text in self.log(), timeout, message=repr(text))
+        except AssertionError:
+            raise AssertionError(f"{text!r} not in the worker's log:\n{self.log()}") from None
+
+    def signal(self, signum: int) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def stop(self, signum: int = signals.SIGTERM, timeout: float = 30.0) -> int:
+        self.signal(signum)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker did not stop within {timeout}s:\n{self.log()}") from None
+
+    def kill(self) -> None:
+        """Make sure the worker and anything it started are gone (teardown)."""
+        if self.process.poll() is None:
+            for child in children_of(self.process.pid):
+                try:
+                    os.kill(child, signals.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self._log.close()
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.extend(int(child) for child in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
