@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from .call_cmd import call
+from .control_cmd import control, inspect
 from .plugins_cmd import plugins
 from .steps_cmd import steps
 from .worker_cmd import worker
@@ -23,5 +24,7 @@ def main() -> None:
 
 main.add_command(worker)
 main.add_command(call)
+main.add_command(inspect)
+main.add_command(control)
 main.add_command(steps)
 main.add_command(plugins)

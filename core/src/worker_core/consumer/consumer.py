@@ -57,6 +57,7 @@ class Consumer:
         self.connection: kombu.Connection | None = None
         self.task_consumer: kombu.Consumer | None = None
         self.qos: QoS | None = None
+        self.control: Any = None
         self.fcfs = self.options.scheduling == "fcfs"
         self.log_info = logger.isEnabledFor(logging.INFO) or logging.getLogger("worker.request").isEnabledFor(
             logging.INFO
@@ -174,6 +175,19 @@ class Consumer:
                 self.task_consumer.cancel()
             except Exception as exc:
                 logger.debug("error while cancelling the consumer: %r", exc)
+
+    # -- Control step ----------------------------------------------------------------------------
+
+    def start_control(self) -> None:
+        from ..control.node import ControlNode
+
+        assert self.connection is not None
+        self.control = ControlNode(self.worker, self.connection, self.worker.control_commands())
+
+    def stop_control(self) -> None:
+        control, self.control = self.control, None
+        if control is not None:
+            control.close()
 
     # -- Loop step -------------------------------------------------------------------------------
 

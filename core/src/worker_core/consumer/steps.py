@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..options import WorkerOptions
     from .consumer import Consumer
 
-__all__ = ["ConnectionStep", "TasksStep", "LoopStep", "CONSUMER_STEPS"]
+__all__ = ["ConnectionStep", "TasksStep", "ControlStep", "LoopStep", "CONSUMER_STEPS"]
 
 
 class ConnectionStep(Step["Consumer"]):
@@ -50,6 +50,20 @@ class TasksStep(Step["Consumer"]):
         consumer.stop_consuming()
 
 
+class ControlStep(Step["Consumer"]):
+    """Answers remote-control commands (``workerctl inspect``/``control``, ``celery inspect``)."""
+
+    name = "Control"
+    requires = ("Tasks",)
+    label = "remote control: ping, stats, active, autoscale, pool_grow, shutdown, ..."
+
+    def start(self, consumer: Consumer) -> None:
+        consumer.start_control()
+
+    def stop(self, consumer: Consumer) -> None:
+        consumer.stop_control()
+
+
 class LoopStep(Step["Consumer"]):
     """Runs the event loop until the worker stops or the connection is lost."""
 
@@ -65,4 +79,4 @@ class LoopStep(Step["Consumer"]):
 
 
 def CONSUMER_STEPS() -> list[Step["Consumer"]]:
-    return [ConnectionStep(), TasksStep(), LoopStep()]
+    return [ConnectionStep(), TasksStep(), ControlStep(), LoopStep()]

@@ -120,6 +120,28 @@ class Worker:
     def _process_init(self, pid: int) -> None:
         self.notify("worker_process_init", pid=pid)
 
+    # -- remote control --------------------------------------------------------------------------
+
+    def control_commands(self) -> dict[str, Any]:
+        """The built-in commands plus those plugins contribute (a name clash is an error)."""
+        from ..control.commands import BUILTIN_COMMANDS, Command
+        from ..exceptions import PluginConflictError, PluginError
+
+        commands: dict[str, Any] = dict(BUILTIN_COMMANDS)
+        owners = {name: "worker-core" for name in commands}
+        for contributed, provider in self.plugins.collect("worker_control_commands"):
+            for name, handler in (contributed or {}).items():
+                if name in commands:
+                    raise PluginConflictError(
+                        f"control command {name!r} is provided by {owners[name]} and by plugin {provider}; "
+                        f"rename one of them"
+                    )
+                if not callable(handler):
+                    raise PluginError(f"plugin {provider} contributed control command {name!r} that is not callable")
+                commands[name] = Command(name, handler, kind="control")
+                owners[name] = str(provider)
+        return commands
+
     # -- introspection -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""``workerctl inspect`` and ``workerctl control``: remote commands over the broker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from ..control.commands import BUILTIN_COMMANDS
+from ..exceptions import WorkerError
+from .common import fail
+
+__all__ = ["inspect", "control"]
+
+INSPECT = sorted(name for name, c in BUILTIN_COMMANDS.items() if c.kind == "inspect")
+CONTROL = sorted(name.replace("_", "-") for name, c in BUILTIN_COMMANDS.items() if c.kind == "control")
+
+
+def _app(app_spec: str | None, broker: str | None) -> Any:
+    if app_spec:
+        from .common import prepare_app
+
+        app, _ = prepare_app(app_spec)
+    else:
+        from ..app.base import App
+
+        app = App()
+    if broker:
+        app.conf.update(broker_url=broker)
+    return app
+
+
+def _show(replies: Sequence[dict[str, Any]], as_json: bool) -> None:
+    if not replies:
+        raise click.ClickException("No nodes replied within time constraint.")
+    if as_json:
+        merged: dict[str, Any] = {}
+        for reply in replies:
+            merged.update(reply)
+        click.echo(json.dumps(merged, indent=2, default=str))
+        return
+    for reply in replies:
+        for node, answer in reply.items():
+            failed = isinstance(answer, dict) and "error" in answer
+            click.echo(f"->  {node}: {'ERROR' if failed else 'OK'}")
+            if isinstance(answer, dict) and set(answer) <= {"ok", "error"}:
+                click.echo(f"        {answer.get('error') or answer.get('ok')}")
+            else:
+                for line in json.dumps(answer, indent=2, default=str).splitlines():
+                    click.echo(f"        {line}")
+    count = sum(len(reply) for reply in replies)
+    click.echo(f"\n{count} node{'s' if count != 1 else ''} online.")
+
+
+def _run(app_spec: str | None, broker: str | None, command: str, arguments: dict[str, Any],
+         destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    from ..control.client import broadcast
+
+    names = [n.strip() for item in destination for n in item.split(",") if n.strip()]
+    try:
+        replies = broadcast(_app(app_spec, broker), command, arguments, names or None, timeout)
+    except WorkerError as exc:
+        raise fail(exc) from None
+    _show(replies, as_json)
+
+
+def _common(func: Any) -> Any:
+    for decorator in reversed([
+        click.option("-A", "--app", "app_spec", help="App whose broker settings to use."),
+        click.option("-b", "--broker", help="Broker URL (default: the app's, else embedded://)."),
+        click.option("-d", "--destination", multiple=True, help="Node name(s), comma-separated (default: all)."),
+        click.option("-t", "--timeout", type=float, default=1.0, show_default=True,
+                     help="Seconds to wait for replies."),
+        click.option("--json", "as_json", is_flag=True, help="Print the replies as one JSON object."),
+    ]):
+        func = decorator(func)
+    return func
+
+
+@click.command()
+@click.argument("command", type=click.Choice(INSPECT))
+@_common
+def inspect(command: str, app_spec: str | None, broker: str | None, destination: tuple[str, ...],
+            timeout: float, as_json: bool) -> None:
+    """Ask workers about their state: ping, stats, active, reserved, scheduled, registered, active_queues."""
+    _run(app_spec, broker, command, {}, destination, timeout, as_json)
+
+
+@click.command()
+@click.argument("command", type=click.Choice(CONTROL + [c.replace("-", "_") for c in CONTROL]))
+@click.argument("arguments", nargs=-1)
+@_common
+def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
+            destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, shutdown."""
+    name = command.replace("-", "_")
+    spec = BUILTIN_COMMANDS[name]
+    if len(arguments) > len(spec.args):
+        raise click.UsageError(f"{command} takes {len(spec.args)} argument(s): {' '.join(spec.args).upper() or 'none'}")
+    values: dict[str, Any] = {}
+    for key, text in zip(spec.args, arguments):
+        try:
+            values[key] = int(text)
+        except ValueError:
+            raise click.BadParameter(f"must be a whole number (got {text!r})", param_hint=key.upper()) from None
+    if name == "autoscale" and "max" not in values:
+        raise click.UsageError("autoscale takes MAX and optionally MIN, for example: control autoscale 10 3")
+    _run(app_spec, broker, name, values, destination, timeout, as_json)
