@@ -84,3 +84,89 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSite]:
             del sys.modules[name]
     monkeypatch.undo()
     _forget_caches()
+
+
+# -- brokers -----------------------------------------------------------------------------------
+
+REDIS_TEST_URL = "redis://127.0.0.1:6379/13"  # a database of the shared Redis kept for the suite
+AMQP_TEST_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def require_server(port: int, what: str) -> None:
+    """Skip when the shared broker is not running, except in CI where that is a failure."""
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), 1).close()
+    except OSError:
+        if os.environ.get("CI"):
+            pytest.fail(f"{what} does not answer on 127.0.0.1:{port} and CI is set")
+        pytest.skip(f"{what} is not running on 127.0.0.1:{port}")
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The suite's Redis database, emptied before the test (never another database)."""
+    require_server(6379, "Redis")
+    import redis
+
+    client = redis.Redis.from_url(REDIS_TEST_URL)
+    client.flushdb()
+    client.close()
+    return REDIS_TEST_URL
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    require_server(5672, "RabbitMQ")
+    return AMQP_TEST_URL
+
+
+# -- real worker processes ------------------------------------------------------------------------
+
+
+class WorkerFactory:
+    """Starts ``workerctl worker`` (or ``celery worker``) processes and kills leftovers."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list = []
+
+    def start(self, *args: str, app: str = "apps.basic", pool: str = "solo", broker: str | None = None,
+              backend: str | None = None, env: dict[str, str] | None = None, ready: bool = True,
+              loglevel: str = "INFO"):
+        from workers import WorkerProcess
+
+        environment = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+        if broker:
+            environment["WORKER_BROKER_URL"] = broker
+        if backend:
+            environment["WORKER_RESULT_BACKEND"] = backend
+        log = self.tmp_path / f"worker-{len(self.started)}.log"
+        worker = WorkerProcess(["-A", app, "-P", pool, "-l", loglevel, *args], environment, log)
+        self.started.append(worker)
+        return worker.wait_ready() if ready else worker
+
+    def start_celery(self, *args: str, app: str = "apps.celery_basic", broker: str, backend: str | None = None,
+                     pool: str = "solo", ready: bool = True):
+        from workers import CeleryWorkerProcess
+
+        environment = dict(os.environ, PYTHONUNBUFFERED="1", CELERY_BROKER_URL=broker)
+        if backend:
+            environment["CELERY_RESULT_BACKEND"] = backend
+        log = self.tmp_path / f"celery-{len(self.started)}.log"
+        worker = CeleryWorkerProcess(["-A", app, "worker", "-P", pool, "-l", "INFO", "--without-gossip",
+                                      "--without-mingle", "--without-heartbeat", *args], environment, log)
+        self.started.append(worker)
+        return worker.wait_ready() if ready else worker
+
+    def cleanup(self) -> None:
+        for worker in self.started:
+            worker.kill()
+
+
+@pytest.fixture
+def workers(tmp_path: Path):
+    factory = WorkerFactory(tmp_path)
+    yield factory
+    factory.cleanup()

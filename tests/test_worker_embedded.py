@@ -26,19 +26,11 @@ def broker(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def start_worker(tmp_path: Path, broker: str):
-    env = dict(os.environ, WORKER_BROKER_URL=broker, PYTHONUNBUFFERED="1")
-    started: list[WorkerProcess] = []
-
+def start_worker(workers, broker: str):
     def start(*args: str, pool: str = "solo", ready: bool = True) -> WorkerProcess:
-        log = tmp_path / f"worker-{len(started)}.log"
-        worker = WorkerProcess(["-A", "apps.basic", "-P", pool, "-l", "INFO", *args], env, log)
-        started.append(worker)
-        return worker.wait_ready() if ready else worker
+        return workers.start(*args, pool=pool, broker=broker, ready=ready)
 
-    yield start
-    for worker in started:
-        worker.kill()
+    return start
 
 
 def test_a_task_runs_and_its_result_comes_back(start_worker):

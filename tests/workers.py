@@ -28,12 +28,14 @@ def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: f
 class WorkerProcess:
     """A ``workerctl worker`` subprocess whose output goes to a log file."""
 
+    program = ("-m", "worker_core", "worker")
+
     def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = TESTS) -> None:
         self.args = list(args)
         self.log_path = log_path
         self._log = open(log_path, "wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "worker_core", "worker", *self.args],
+            [sys.executable, *self.program, *self.args],
             cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
         )
 
@@ -81,6 +83,12 @@ class WorkerProcess:
             self.process.kill()
             self.process.wait(timeout=10)
         self._log.close()
+
+
+class CeleryWorkerProcess(WorkerProcess):
+    """A real ``celery worker`` (the celery package is a test dependency only)."""
+
+    program = ("-m", "celery")
 
 
 def children_of(pid: int) -> list[int]:

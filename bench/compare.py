@@ -1,0 +1,255 @@
+"""This project's worker side by side with the Celery worker, on one broker, with the same pool
+and concurrency: no-op throughput, send-to-start latency, start-up time, CPU per task, memory.
+
+    python bench/compare.py --broker redis://127.0.0.1:6379/15 --pool prefork --concurrency 2
+    python bench/compare.py --broker amqp://guest:guest@127.0.0.1:5672// --pool threads -c 2
+
+How it measures (the same way for both workers; the Celery worker runs with gossip, mingle and
+heartbeats off, features this worker does not have):
+
+- start-up: one task is queued, then the worker is spawned; the time until that task starts;
+- latency: on the idle worker, one task at a time, from just before publishing to the task's
+  first line (p50 and p99 of ``--samples`` tasks);
+- throughput: ``--tasks`` no-op tasks are queued while no worker runs, then a worker starts;
+  tasks per second between the first and the last task;
+- CPU per task: CPU seconds of the worker's processes over the throughput run, per task;
+- memory: proportional set size (PSS) summed over the worker's processes after the run.
+
+Each task reports to the driver with one UDP datagram (no round trip), results are off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+APPS = HERE / "apps"
+QUEUE = "bench"
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+class Sink:
+    """Receives the tasks' datagrams in a thread."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024 * 1024)
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.lock = threading.Condition()
+        self.noops: list[float] = []
+        self.latencies: list[float] = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            data = self.sock.recv(64)
+            now = time.time()
+            with self.lock:
+                if data == b"n":
+                    self.noops.append(now)
+                else:
+                    self.latencies.append(float(data[1:]))
+                self.lock.notify_all()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.noops.clear()
+            self.latencies.clear()
+
+    def wait(self, condition: Any, timeout: float) -> None:
+        with self.lock:
+            if not self.lock.wait_for(condition, timeout):
+                raise TimeoutError(f"timed out after {timeout}s (noops={len(self.noops)}, "
+                                   f"latencies={len(self.latencies)})")
+
+
+def tree(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            for child in (task / "children").read_text().split():
+                pids.extend(tree(int(child)))
+        except OSError:
+            pass
+    return pids
+
+
+def cpu_seconds(pid: int) -> float:
+    total = 0
+    for each in tree(pid):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / TICKS
+
+
+def pss_mib(pid: int) -> float:
+    total = 0
+    for each in tree(pid):
+        try:
+            for line in Path(f"/proc/{each}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+class Producer:
+    """Publishes protocol v2 messages (identical for both workers) with this project's client."""
+
+    def __init__(self, broker: str) -> None:
+        sys.path.insert(0, str(APPS))
+        os.environ["BENCH_BROKER"] = broker
+        from worker_core import App
+
+        self.app = App("bench-driver", broker=broker, task_ignore_result=True, result_backend="disabled")
+
+    def send(self, name: str, args: tuple[Any, ...] = ()) -> None:
+        self.app.send_task(name, args, queue=QUEUE, ignore_result=True)
+
+    def purge(self) -> None:
+        from worker_core.app.broker import connection_for, task_queue
+
+        with connection_for(self.app.plugins, self.app.broker_urls[0], self.app.settings) as connection:
+            queue = task_queue(QUEUE, self.app.settings)(connection.default_channel)
+            queue.declare()
+            queue.purge()
+
+
+def command(kind: str, pool: str, concurrency: int) -> list[str]:
+    if kind == "celery":
+        return [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool, "-c", str(concurrency),
+                "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "-O", "fair"]
+    return [sys.executable, "-m", "worker_core", "worker", "-A", "worker_app", "-P", pool, "-c", str(concurrency),
+            "-Q", QUEUE, "-l", "WARNING"]
+
+
+def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port),
+               PYTHONPATH=str(APPS))
+    return subprocess.Popen(command(kind, args.pool, args.concurrency), cwd=APPS, env=env,
+                            stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            for pid in reversed(tree(process.pid)):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            process.wait()
+
+
+def measure(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer, log: Path) -> dict[str, float]:
+    result: dict[str, float] = {}
+    producer.purge()
+    sink.reset()
+    producer.send("bench.latency", (time.time(),))
+    started = time.time()
+    process = spawn(kind, args, sink, log)
+    latencies: list[float] = []
+    try:
+        sink.wait(lambda: sink.latencies, 60)
+        result["startup"] = time.time() - started
+        time.sleep(0.5)
+        for _ in range(args.samples):
+            sink.reset()
+            producer.send("bench.latency", (time.time(),))
+            sink.wait(lambda: sink.latencies, 30)
+            latencies.append(sink.latencies[0])
+            time.sleep(0.002)
+    finally:
+        stop(process)
+    latencies.sort()
+    result["p50"] = statistics.median(latencies) * 1000
+    result["p99"] = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+
+    producer.purge()
+    for _ in range(args.tasks):
+        producer.send("bench.noop")
+    sink.reset()
+    process = spawn(kind, args, sink, log)
+    try:
+        sink.wait(lambda: sink.noops, 120)
+        cpu_first = cpu_seconds(process.pid)
+        sink.wait(lambda: len(sink.noops) >= args.tasks, 600)
+        cpu_last = cpu_seconds(process.pid)
+        first, last = sink.noops[0], sink.noops[args.tasks - 1]
+        result["throughput"] = (args.tasks - 1) / (last - first)
+        result["cpu_ms"] = (cpu_last - cpu_first) / (args.tasks - 1) * 1000
+        result["pss"] = pss_mib(process.pid)
+    finally:
+        stop(process)
+    return result
+
+
+ROWS = [
+    ("throughput", "no-op throughput (tasks/s)", "{:.0f}", True),
+    ("p50", "send-to-start p50 (ms)", "{:.3f}", False),
+    ("p99", "send-to-start p99 (ms)", "{:.3f}", False),
+    ("startup", "start-up to first task (s)", "{:.3f}", False),
+    ("cpu_ms", "worker CPU per task (ms)", "{:.3f}", False),
+    ("pss", "memory, PSS of all processes (MiB)", "{:.1f}", False),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/15")
+    parser.add_argument("--pool", "-P", default="prefork")
+    parser.add_argument("--concurrency", "-c", type=int, default=2)
+    parser.add_argument("--tasks", type=int, default=20000)
+    parser.add_argument("--samples", type=int, default=300)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--only", choices=("worker", "celery"))
+    args = parser.parse_args()
+
+    sink = Sink()
+    producer = Producer(args.broker)
+    log = Path(os.environ.get("BENCH_LOG", "/tmp/bench-compare.log"))
+    kinds = [args.only] if args.only else ["worker", "celery"]
+    runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
+    for repeat in range(args.repeat):
+        for kind in kinds if repeat % 2 == 0 else reversed(kinds):
+            runs[kind].append(measure(kind, args, sink, producer, log))
+            print(f"  run {repeat + 1}/{args.repeat} {kind}: "
+                  + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()), file=sys.stderr)
+    median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]} for kind in kinds}
+
+    print(f"\nbroker {args.broker}, pool {args.pool}, concurrency {args.concurrency}, "
+          f"{args.tasks} no-op tasks, {args.samples} latency samples, median of {args.repeat} runs")
+    header = f"{'':38}" + "".join(f"{kind:>12}" for kind in kinds) + ("       ratio" if len(kinds) == 2 else "")
+    print(header)
+    for key, label, fmt, higher_better in ROWS:
+        cells = "".join(f"{fmt.format(median[kind][key]):>12}" for kind in kinds)
+        ratio = ""
+        if len(kinds) == 2 and median["worker"][key]:
+            value = (median["worker"][key] / median["celery"][key] if higher_better
+                     else median["celery"][key] / median["worker"][key])
+            ratio = f"{value:>11.2f}x"
+        print(f"{label:38}{cells}{ratio}")
+    print("ratio: how many times better this worker is (higher throughput, lower everything else)")
+
+
+if __name__ == "__main__":
+    main()
