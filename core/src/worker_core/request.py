@@ -115,6 +115,7 @@ class Request:
             timeout_callback=self.on_timeout,
             soft_timeout=soft,
             timeout=hard,
+            name=self.name,
         )
 
     def on_accepted(self, pid: int, time_accepted: float) -> None:

@@ -1,3 +1,5 @@
 """The prefork pool for worker: tasks run in child processes forked on billiard."""
 
-__all__: list[str] = []
+from .pool import PreforkPool
+
+__all__ = ["PreforkPool"]

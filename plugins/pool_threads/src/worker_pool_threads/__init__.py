@@ -1,3 +1,5 @@
 """The thread pool for worker."""
 
-__all__: list[str] = []
+from .pool import ThreadPool
+
+__all__ = ["ThreadPool"]

@@ -1,0 +1,12 @@
+"""Test helpers shipped with the core, for the project's tests and for third-party plugins.
+
+- :mod:`.pool_contract`: the checks every pool must pass (``pool_contract.run_all(MyPool)``);
+- :class:`PoolRunner`: drive a pool directly or on a kombu hub, as the worker's loops do;
+- :class:`JobProbe`: record the callbacks of one job;
+- :mod:`.jobs`: picklable job targets for pool tests.
+"""
+
+from . import jobs, pool_contract
+from .runner import JobProbe, PoolRunner
+
+__all__ = ["JobProbe", "PoolRunner", "jobs", "pool_contract"]
