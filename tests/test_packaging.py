@@ -70,7 +70,8 @@ def _run(venv: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with only worker-core, worker-pool-prefork and a third-party plugin."""
+    """A fresh venv with only worker-core, worker-pool-prefork, a throwaway third-party plugin
+    and the README's example plugin."""
     root = tmp_path_factory.mktemp("venv")
     plugin = root / "acme"
     plugin.mkdir()
@@ -82,7 +83,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env_dir = root / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
     install = _run(env_dir, "pip", "install", "--disable-pip-version-check", "-q",
-                   str(REPO / "core"), str(REPO / "plugins" / "pool_prefork"), str(plugin))
+                   str(REPO / "core"), str(REPO / "plugins" / "pool_prefork"), str(plugin),
+                   str(REPO / "examples" / "plugin"))
     assert install.returncode == 0, install.stderr
     return env_dir
 
@@ -91,9 +93,12 @@ def test_two_distributions_install_alone_and_workerctl_sees_exactly_their_plugin
     listing = _run(venv, "workerctl", "plugins", "--json")
     assert listing.returncode == 0, listing.stderr
     rows = json.loads(listing.stdout)
-    assert {r["distribution"] for r in rows} == {"worker-core", "worker-pool-prefork", "acme-worker-extras"}
+    assert {r["distribution"] for r in rows} == {
+        "worker-core", "worker-pool-prefork", "acme-worker-extras", "worker-liveness"
+    }
     pools = {r["name"]: r["distribution"] for r in rows if r["kind"] == "pool"}
-    assert pools == {"solo": "worker-core", "prefork": "worker-pool-prefork", "acme": "acme-worker-extras"}
+    assert pools == {"solo": "worker-core", "prefork": "worker-pool-prefork", "acme": "acme-worker-extras",
+                     "timed": "worker-liveness"}
     assert not any(r["kind"] == "transport" and r["name"] == "redis" for r in rows)
 
 
@@ -120,3 +125,41 @@ def test_a_missing_distribution_is_named_in_the_error(venv):
     result = _run(venv, "workerctl", "steps", "-b", "redis://127.0.0.1:6379/0")
     assert result.returncode == 2
     assert "pip install worker-transport-redis" in result.stderr
+
+
+def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tmp_path):
+    import signal
+    import time
+
+    graph = _run(venv, "workerctl", "steps", "--graph", "--liveness-file", str(tmp_path / "alive"))
+    assert graph.returncode == 0, graph.stderr
+    assert "worker:Liveness" in graph.stdout and "from liveness (worker-liveness 1.0.0)" in graph.stdout
+
+    broker = f"embedded://{tmp_path}/queue.db"
+    alive = tmp_path / "alive"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["WORKER_BROKER_URL"] = broker
+    log = (tmp_path / "worker.log").open("wb")
+    worker = subprocess.Popen(
+        [str(venv / "bin" / "workerctl"), "worker", "-A", "tasks", "-P", "timed", "-l", "INFO",
+         "--liveness-file", str(alive), "--liveness-interval", "0.2"],
+        cwd=REPO / "examples", env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        called = subprocess.run([str(venv / "bin" / "workerctl"), "call", "tasks.add", "--args", "[2, 3]",
+                                 "--wait", "--timeout", "30", "-b", broker],
+                                capture_output=True, text=True, env=env, cwd=REPO / "examples", timeout=60)
+        assert called.returncode == 0, called.stderr + (tmp_path / "worker.log").read_text()
+        assert called.stdout.splitlines()[-1] == "5"
+        assert alive.exists()
+        first = alive.stat().st_mtime
+        time.sleep(0.6)
+        assert alive.stat().st_mtime > first  # touched again from the event loop
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+        assert not alive.exists()  # removed on a clean stop
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        log.close()

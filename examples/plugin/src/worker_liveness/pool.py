@@ -56,6 +56,7 @@ class TimedPool:
         timeout_callback: Callable[[bool, float], None] | None = None,
         soft_timeout: float | None = None,
         timeout: float | None = None,
+        name: str | None = None,
     ) -> None:
         if self.closed:
             raise PoolError("the timed pool is stopped")
@@ -95,4 +96,5 @@ class TimedPool:
 
     def info(self) -> Mapping[str, Any]:
         return {"implementation": "worker_liveness.pool:TimedPool", "max-concurrency": 1,
-                "processes": [os.getpid()], "jobs": self.jobs, "longest-job": round(self.busiest, 6)}
+                "processes": [os.getpid()], "max-tasks-per-child": None, "timeouts": [0, 0],
+                "jobs": self.jobs, "longest-job": round(self.busiest, 6)}
