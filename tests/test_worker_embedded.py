@@ -14,7 +14,7 @@ from apps import basic
 from worker_core.exceptions import NotRegistered, ResultTimeout, TaskRevokedError
 from workers import TESTS, WorkerProcess, wait_for
 
-POOLS = ["solo"]
+POOLS = ["solo", "threads", "prefork"]
 
 
 @pytest.fixture
@@ -25,10 +25,15 @@ def broker(tmp_path: Path) -> str:
     basic.app.close()
 
 
+@pytest.fixture(params=POOLS)
+def pool(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture
-def start_worker(workers, broker: str):
-    def start(*args: str, pool: str = "solo", ready: bool = True) -> WorkerProcess:
-        return workers.start(*args, pool=pool, broker=broker, ready=ready)
+def start_worker(workers, broker: str, pool: str):
+    def start(*args: str, ready: bool = True) -> WorkerProcess:
+        return workers.start(*args, pool=pool, broker=broker, ready=ready, env={"PYTHONPATH": str(TESTS)})
 
     return start
 
@@ -193,11 +198,11 @@ def test_get_times_out_when_no_worker_runs(broker):
         basic.add.delay(1, 1).get(timeout=0.3)
 
 
-def test_banner_lists_transport_pool_queues_and_tasks(start_worker):
-    worker = start_worker("-Q", "celery,other")
+def test_banner_lists_transport_pool_queues_and_tasks(start_worker, pool):
+    worker = start_worker("-Q", "celery,other", "-c", "2")
     log = worker.log()
     assert "transport  embedded://" in log
-    assert "pool       concurrency 1" in log and "solo (worker-core" in log
+    assert f"pool       concurrency {1 if pool == 'solo' else 2}" in log and f"[{pool} (worker-" in log
     assert "queues     celery, other" in log
     assert ". apps.basic.add" in log
 

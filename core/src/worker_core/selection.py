@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 
@@ -13,6 +14,8 @@ from .plugins.entrypoints import PluginEntry
 from .plugins.manager import PluginManager
 
 __all__ = ["Selection", "select", "DEFAULT_BROKER", "redact"]
+
+logger = logging.getLogger("worker")
 
 #: The transport used when no broker URL is configured: needs no server.
 DEFAULT_BROKER = "embedded://"
@@ -86,9 +89,20 @@ def select(
 
     pool_name = options.pool or manager.default_pool()
     pool = manager.slot_entry("pool", pool_name)
+    fixed = getattr(manager.slot("pool", pool_name), "fixed_concurrency", None)
     concurrency = options.concurrency
-    if concurrency is None:
-        concurrency = 1 if pool_name == "solo" else (os.cpu_count() or 1)
+    if fixed is not None:
+        if concurrency not in (None, fixed):
+            logger.warning("the %s pool always runs %d task(s) at a time; -c %d is ignored",
+                           pool_name, fixed, concurrency)
+        if options.autoscale is not None:
+            raise ConfigurationError(
+                f"--autoscale needs a pool that can grow; the {pool_name} pool always runs {fixed} task(s) "
+                f"at a time. Use -P threads or -P prefork"
+            )
+        concurrency = fixed
+    elif concurrency is None:
+        concurrency = os.cpu_count() or 1
 
     supports_async = _transport_supports_async(manager, transport_name)
     loop_name = options.loop

@@ -92,6 +92,10 @@ class Pool(Protocol):
     #: Whether jobs run in separate processes (time limits can kill them, memory is isolated).
     is_process_pool: ClassVar[bool]
 
+    #: Optional: a pool that always runs exactly this many jobs at once (solo: 1) declares it;
+    #: ``-c`` is then ignored with a warning and ``--autoscale`` is refused before start-up.
+    fixed_concurrency: ClassVar[int | None]
+
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
         """Raise ``ConfigurationError`` for an option this pool cannot honour."""

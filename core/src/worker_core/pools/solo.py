@@ -43,11 +43,11 @@ class SoloPool:
     """One executor: the worker's own thread."""
 
     is_process_pool: ClassVar[bool] = False
+    fixed_concurrency: ClassVar[int] = 1
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
-        if options.concurrency != 1:
-            logger.debug("solo pool runs one task at a time; concurrency %s ignored", options.concurrency)
+        """Solo honours every option: time limits through SIGALRM."""
 
     def __init__(self, options: PoolOptions) -> None:
         self.check_options(options)

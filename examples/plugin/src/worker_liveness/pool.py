@@ -17,6 +17,7 @@ from worker_core.slots import PoolOptions
 
 class TimedPool:
     is_process_pool: ClassVar[bool] = False
+    fixed_concurrency: ClassVar[int] = 1
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
