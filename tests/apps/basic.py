@@ -85,3 +85,54 @@ def whoami(self):
 def lines(path):
     file = Path(path)
     return file.read_text().split() if file.exists() else []
+
+
+@app.task
+def pid():
+    return os.getpid()
+
+
+@app.task(acks_late=True, reject_on_worker_lost=True)
+def die_once(marker):
+    """SIGKILLs its own process the first time; succeeds when run again."""
+    import signal
+
+    path = Path(marker)
+    if not path.exists():
+        path.write_text("died")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"
+
+
+@app.task
+def die(marker):
+    import signal
+
+    Path(marker).write_text("died")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task(soft_time_limit=0.5)
+def soft_limited(seconds):
+    from worker_core.exceptions import SoftTimeLimitExceeded
+
+    try:
+        time.sleep(seconds)
+    except SoftTimeLimitExceeded:
+        return "cleaned up after the soft limit"
+    return "finished"
+
+
+@app.task(time_limit=0.5)
+def hard_limited(seconds):
+    time.sleep(seconds)
+    return "finished"
+
+
+_hoard = []
+
+
+@app.task
+def hog(megabytes):
+    _hoard.append(bytearray(megabytes * 1024 * 1024))
+    return os.getpid()

@@ -1,0 +1,119 @@
+"""The prefork pool inside a real worker: killed children, time limits, recycling, no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from apps import basic
+from worker_core.exceptions import TimeLimitExceeded, WorkerLostError
+from workers import TESTS, children_of, wait_for
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> str:
+    url = f"embedded://{tmp_path}/queue.db"
+    basic.app.conf.update(broker_url=url, result_backend=None)
+    yield url
+    basic.app.close()
+
+
+@pytest.fixture
+def start(workers, broker):
+    def start(*args: str):
+        return workers.start("-c", "2", *args, pool="prefork", broker=broker, env={"PYTHONPATH": str(TESTS)})
+
+    return start
+
+
+def test_a_child_killed_mid_task_fails_it_with_worker_lost_and_is_replaced(start, tmp_path):
+    worker = start()
+    before = set(children_of(worker.pid))
+    result = basic.die.delay(str(tmp_path / "marker"))
+    with pytest.raises(WorkerLostError, match="signal 9"):
+        result.get(timeout=30)
+    worker.wait_log("exited with 'signal 9 (SIGKILL)'")
+    assert basic.add.delay(1, 2).get(timeout=30) == 3
+    wait_for(lambda: len(children_of(worker.pid)) == 2, message="the child to be replaced")
+    assert set(children_of(worker.pid)) != before
+
+
+def test_with_acks_late_and_reject_on_worker_lost_the_task_runs_again(start, tmp_path):
+    start()
+    marker = tmp_path / "marker"
+    assert basic.die_once.delay(str(marker)).get(timeout=30) == "survived"
+    assert marker.read_text() == "died"
+
+
+def test_the_soft_limit_raises_inside_the_task_which_can_clean_up(start):
+    worker = start()
+    assert basic.soft_limited.delay(5).get(timeout=30) == "cleaned up after the soft limit"
+    worker.wait_log("Soft time limit (0.5s) exceeded for apps.basic.soft_limited")
+
+
+def test_the_hard_limit_kills_the_child_and_fails_the_task(start):
+    worker = start()
+    started = time.monotonic()
+    with pytest.raises(TimeLimitExceeded):
+        basic.hard_limited.delay(30).get(timeout=30)
+    assert time.monotonic() - started < 10
+    worker.wait_log("Hard time limit (0.5s) exceeded for apps.basic.hard_limited")
+    assert basic.add.delay(2, 2).get(timeout=30) == 4
+
+
+def test_children_are_recycled_after_max_tasks_per_child(start):
+    start("--max-tasks-per-child", "2")
+    pids = [basic.pid.delay().get(timeout=30) for _ in range(8)]
+    assert len(set(pids)) >= 4  # two children, each replaced after two tasks
+
+
+def test_children_are_recycled_above_max_memory_per_child(start):
+    start("-c", "1", "--max-memory-per-child", str(80 * 1024))
+    first = basic.hog.delay(120).get(timeout=30)
+    second = basic.pid.delay().get(timeout=30)
+    assert first != second
+
+
+def test_warm_shutdown_leaves_no_child_processes(start):
+    worker = start()
+    assert basic.add.delay(1, 1).get(timeout=30) == 2
+    children = children_of(worker.pid)
+    assert len(children) == 2
+    assert worker.stop(signal.SIGTERM) == 0
+    for child in children:
+        assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+
+
+def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_path):
+    worker = start()
+    proof = tmp_path / "ran.txt"
+    result = basic.record_slowly.delay(str(proof), "late", 5)
+    wait_for(lambda: " received" in worker.log())
+    children = children_of(worker.pid)
+    time.sleep(0.3)
+    worker.signal(signal.SIGQUIT)
+    assert worker.process.wait(timeout=15) == 0
+    for child in children:
+        wait_for(lambda: not Path(f"/proc/{child}").exists(), message=f"child {child} to exit")
+    assert basic.lines(proof) == []
+    start()
+    assert result.get(timeout=30) == "late"
+
+
+def test_the_pool_grows_and_shrinks_on_command_under_load(start, broker):
+    from worker_core.control.client import broadcast
+
+    worker = start()
+    running = [basic.sleep.delay(1.0) for _ in range(4)]
+    [reply] = broadcast(basic.app, "pool_grow", {"n": 2}, timeout=5)
+    assert list(reply.values()) == [{"ok": "pool will grow"}]
+    wait_for(lambda: len(children_of(worker.pid)) == 4, message="four children")
+    assert [r.get(timeout=30) for r in running] == [1.0] * 4
+    [reply] = broadcast(basic.app, "pool_shrink", {"n": 3}, timeout=5)
+    assert list(reply.values()) == [{"ok": "pool will shrink"}]
+    wait_for(lambda: len(children_of(worker.pid)) == 1, message="one child")
+    assert basic.add.delay(3, 4).get(timeout=30) == 7
