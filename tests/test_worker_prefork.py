@@ -117,3 +117,15 @@ def test_the_pool_grows_and_shrinks_on_command_under_load(start, broker):
     assert list(reply.values()) == [{"ok": "pool will shrink"}]
     wait_for(lambda: len(children_of(worker.pid)) == 1, message="one child")
     assert basic.add.delay(3, 4).get(timeout=30) == 7
+
+
+def test_a_task_that_kills_its_process_every_time_stops_after_the_redelivery_limit(workers, broker, tmp_path):
+    worker = workers.start("-c", "2", pool="prefork", broker=broker,
+                           env={"PYTHONPATH": str(TESTS), "WORKER_WORKER_REDELIVERY_LIMIT": "3"})
+    counter = tmp_path / "runs"
+    result = basic.always_die.delay(str(counter))
+    with pytest.raises(WorkerLostError, match=r"died 4 times, so it is not run again \(worker_redelivery_limit=3\)"):
+        result.get(timeout=60)
+    assert counter.read_text() == "xxxx"  # the first run and three more
+    assert worker.log().count("sending it again") == 3
+    assert basic.add.delay(5, 5).get(timeout=30) == 10

@@ -136,3 +136,13 @@ _hoard = []
 def hog(megabytes):
     _hoard.append(bytearray(megabytes * 1024 * 1024))
     return os.getpid()
+
+
+@app.task(acks_late=True, reject_on_worker_lost=True)
+def always_die(counter):
+    """Kills its process every time: a poison message."""
+    import signal
+
+    with open(counter, "a") as handle:
+        handle.write("x")
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -17,9 +17,12 @@ if TYPE_CHECKING:
     from .app.task import Task
     from .consumer.consumer import Consumer
 
-__all__ = ["Request"]
+__all__ = ["Request", "LOST_HEADER"]
 
 logger = logging.getLogger("worker.request")
+
+#: Header counting the processes a task has killed, so a poison message stops coming back.
+LOST_HEADER = "x-worker-lost"
 
 
 class Request:
@@ -173,12 +176,14 @@ class Request:
             return
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:
-            logger.error("Task %s lost its process (%s); requeued (reject_on_worker_lost)", self.label, exc)
-            consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                            runtime=0.0)
-            self.reject(requeue=True)
-            consumer.task_done(self)
-            return
+            if self._send_again_after_lost_process(exc):
+                consumer.task_done(self)
+                return
+            exc = WorkerLostError(
+                f"{exc}; its process died {self.lost_count() + 1} times, so it is not run again "
+                f"(worker_redelivery_limit={consumer.app.settings.worker_redelivery_limit})"
+            )
+            text = f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
@@ -186,6 +191,29 @@ class Request:
                         runtime=0.0)
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
         consumer.task_done(self)
+
+    def lost_count(self) -> int:
+        """How many processes this task has already killed (carried in the message's headers)."""
+        value = self.envelope.headers.get(LOST_HEADER)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+    def _send_again_after_lost_process(self, exc: BaseException) -> bool:
+        """Publish a copy with the loss counted, then acknowledge this one; False once the
+        redelivery limit is reached (a poison message), so the task fails instead."""
+        consumer = self.consumer
+        lost = self.lost_count() + 1
+        limit = consumer.app.settings.worker_redelivery_limit
+        if limit is not None and lost > limit:
+            return False
+        logger.error("Task %s lost its process (%s); sending it again (%d of %s)", self.label, exc, lost,
+                     limit if limit is not None else "unlimited")
+        consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
+                        runtime=0.0)
+        if consumer.republish(self.message, {LOST_HEADER: lost}):
+            self.acknowledge()
+        else:
+            self.reject(requeue=True)
+        return True
 
     def on_timeout(self, soft: bool, seconds: float) -> None:
         if soft:

@@ -121,7 +121,9 @@ class Settings:
     worker_enable_prefetch_count_reduction: bool = attrs.field(default=True, validator=_check(bool))
     worker_cancel_long_running_tasks_on_connection_loss: bool = attrs.field(default=False,
                                                                            validator=_check(bool))
-    worker_redelivery_limit: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=1))
+    #: times a task whose process died (``acks_late`` + ``reject_on_worker_lost``) is sent again
+    #: before it fails for good; None sends it again forever, as Celery does
+    worker_redelivery_limit: int | None = attrs.field(default=5, validator=_check(int, optional=True, minimum=1))
     worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
     worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))

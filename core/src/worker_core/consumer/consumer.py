@@ -331,6 +331,27 @@ class Consumer:
             logger.error("Could not reject %s: %r", describe_message(message), exc)
         self._restore_prefetch_step()
 
+    def republish(self, message: Message, extra_headers: dict[str, Any]) -> bool:
+        """Publish a copy of ``message`` (same body, properties and route) with more headers."""
+        if self.connection is None:
+            return False
+        info = message.delivery_info or {}
+        properties = message.properties or {}
+        headers = dict(message.headers or {})
+        headers.update(extra_headers)
+        try:
+            kombu.Producer(self.connection.default_channel).publish(
+                message.body, exchange=info.get("exchange") or "", routing_key=info.get("routing_key") or "",
+                headers=headers, content_type=message.content_type,
+                content_encoding=message.content_encoding, delivery_mode=2,
+                priority=properties.get("priority"), correlation_id=properties.get("correlation_id"),
+                reply_to=properties.get("reply_to") or None, retry=True,
+            )
+        except Exception as exc:
+            logger.error("Could not send %s again: %r; it is requeued instead", describe_message(message), exc)
+            return False
+        return True
+
     def _restore_prefetch_step(self) -> None:
         if not self.reduced_prefetch or self.qos is None:
             return
