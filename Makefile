@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
-                 -e ./plugins/transport_redis -e ./plugins/transport_amqp
+                 -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog
 
 .PHONY: venv demo test bench lint
 
@@ -27,4 +27,4 @@ test: venv
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
-	    plugins/transport_redis/src plugins/transport_amqp/src
+	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src

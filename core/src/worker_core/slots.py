@@ -262,9 +262,10 @@ class Autoscaler(Protocol):
         """Stop scaling."""
 
 
-#: ``factory(pool, max, min, *, demand, on_max_change, hub, keepalive) -> Autoscaler`` where
+#: ``factory(pool, max, min, *, demand, on_max_change, hub, backlog) -> Autoscaler`` where
 #: ``demand()`` returns the reserved requests, ``on_max_change(diff)`` moves the prefetch count,
-#: and ``hub`` is None under the sync loop.
+#: ``hub`` is None under the sync loop, and ``backlog()`` counts the messages still waiting in
+#: the broker on the worker's queues (a call to the broker: use it at most every second or so).
 AutoscalerFactory = Callable[..., Autoscaler]
 
 

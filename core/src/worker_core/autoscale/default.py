@@ -41,6 +41,7 @@ class DemandAutoscaler:
     :param on_max_change: told ``new_max - old_max`` when :meth:`update` changes the maximum, so
         the consumer can move the prefetch count by that many times the multiplier.
     :param hub: kombu's hub under the async loop, or ``None`` (then a thread does the checks).
+    :param backlog: messages waiting in the broker (this autoscaler does not use it; others may).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class DemandAutoscaler:
         on_max_change: Callable[[int], None] | None = None,
         hub: Any = None,
         keepalive: float | None = None,
+        backlog: Callable[[], int] | None = None,
     ) -> None:
         self.pool = pool
         self.max_concurrency = max_concurrency
@@ -60,6 +62,7 @@ class DemandAutoscaler:
         self.demand = demand
         self.on_max_change = on_max_change
         self.hub = hub
+        self.backlog = backlog
         self.keepalive = keepalive_from_environment() if keepalive is None else keepalive
         self._last_scale_up: float | None = None
         # Under the hub every call happens on the loop's thread; a thread needs a real lock.

@@ -124,6 +124,7 @@ class AutoscalerStep(Step["Worker"]):
             demand=worker.demand,
             on_max_change=worker.on_max_concurrency_change,
             hub=worker.hub,
+            backlog=worker.backlog,
         )
         worker.autoscaler = scaler
         if worker.hub is not None:

@@ -51,6 +51,7 @@ class Worker:
         self.consumer: Consumer | None = None
         #: called for every task message the consumer reserves (the autoscaler checks demand)
         self.on_task_message: list[Callable[[], None]] = []
+        self._backlog: Any = None
         self.stopping = False
         self.terminating = False
         self.ready = False
@@ -106,6 +107,14 @@ class Worker:
     def demand(self) -> int:
         """Requests reserved by the consumer: waiting for the pool or running."""
         return len(self.consumer.reserved) if self.consumer is not None else 0
+
+    def backlog(self) -> int:
+        """Messages waiting in the broker on this worker's queues (not yet reserved by anyone)."""
+        if self._backlog is None:
+            from ..consumer.backlog import Backlog
+
+            self._backlog = Backlog(self.plugins, self.app.settings, self.options)
+        return self._backlog.depth()
 
     def on_max_concurrency_change(self, difference: int) -> None:
         if self.consumer is not None:
