@@ -69,6 +69,14 @@ def test_a_version_1_body_is_read():
     assert (envelope.name, envelope.id, envelope.args, envelope.kwargs) == ("proj.add", "v1-id", [1, 2], {"k": 3})
 
 
+def test_a_celery_send_task_message_with_null_ignore_result_is_read():
+    from celery import Celery
+
+    app = Celery("interop", broker="memory://")
+    message = app.amqp.as_task_v2("null-id", "t", args=(1,), ignore_result=None)
+    assert decode(message.headers, message.body).ignore_result is False
+
+
 def test_missing_newer_headers_are_tolerated():
     envelope = decode({"task": "t", "id": "only-these"}, [[1], {}, {}])
     assert envelope.retries == 0 and envelope.eta is None and envelope.argsrepr == "[1]"

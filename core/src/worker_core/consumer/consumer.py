@@ -292,12 +292,14 @@ class Consumer:
 
     def _on_wake(self, *_: Any) -> None:
         assert self._waker is not None
-        self._wake_sent = False
+        # Drain before clearing the flag: clearing first lets a wake-up written in between be
+        # drained here with the flag left set, and every later wake-up would be skipped.
         try:
             while os.read(self._waker[0], 4096):
                 pass
         except BlockingIOError:
             pass
+        self._wake_sent = False
         self.perform_pending_operations()
 
     def _close_waker(self) -> None:
@@ -475,5 +477,8 @@ class Consumer:
             "total": dict(self.totals),
             "reserved": len(self.reserved),
             "active": len(self.active),
+            "waiting": len(self.ready),
+            "in_pool": self.inflight,
+            "eta_held": len(self.eta_held),
             "broker": self.connector.current,
         }

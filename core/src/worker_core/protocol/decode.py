@@ -206,7 +206,9 @@ def decode_task(
         headers, payload = _v1_to_v2(payload)
     args, kwargs, embed = _split_v2(payload)
     time_limit, soft_time_limit = _timelimit(headers)
-    ignore_result = headers.get("ignore_result", False)
+    ignore_result = headers.get("ignore_result")
+    if ignore_result is None:  # Celery's send_task writes null when the caller did not say
+        ignore_result = False
     if not isinstance(ignore_result, bool):
         raise ProtocolError(f"header 'ignore_result' must be true or false (got {_describe(ignore_result)})")
     argsrepr = headers.get("argsrepr")
