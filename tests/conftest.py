@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import textwrap
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -143,7 +144,8 @@ class WorkerFactory:
         if backend:
             environment["WORKER_RESULT_BACKEND"] = backend
         log = self.tmp_path / f"worker-{len(self.started)}.log"
-        worker = WorkerProcess(["-A", app, "-P", pool, "-l", loglevel, *args], environment, log)
+        name = [] if "-n" in args else ["-n", f"test-{uuid.uuid4().hex[:8]}@localhost"]
+        worker = WorkerProcess(["-A", app, "-P", pool, "-l", loglevel, *name, *args], environment, log)
         self.started.append(worker)
         return worker.wait_ready() if ready else worker
 
@@ -156,7 +158,8 @@ class WorkerFactory:
             environment["CELERY_RESULT_BACKEND"] = backend
         log = self.tmp_path / f"celery-{len(self.started)}.log"
         worker = CeleryWorkerProcess(["-A", app, "worker", "-P", pool, "-l", "INFO", "--without-gossip",
-                                      "--without-mingle", "--without-heartbeat", *args], environment, log)
+                                      "--without-mingle", "--without-heartbeat",
+                                      "-n", f"celery-{uuid.uuid4().hex[:8]}@localhost", *args], environment, log)
         self.started.append(worker)
         return worker.wait_ready() if ready else worker
 

@@ -179,10 +179,19 @@ class Consumer:
     # -- Control step ----------------------------------------------------------------------------
 
     def start_control(self) -> None:
+        from kombu.exceptions import InconsistencyError
+
         from ..control.node import ControlNode
 
         assert self.connection is not None
-        self.control = ControlNode(self.worker, self.connection, self.worker.control_commands())
+        try:
+            self.control = ControlNode(self.worker, self.connection, self.worker.control_commands())
+        except InconsistencyError:
+            logger.error(
+                "Remote control is off for this worker: another worker named %s already listens on "
+                "this broker. Give each worker a unique name with -n NAME@%%h", self.hostname,
+            )
+            self.control = None
 
     def stop_control(self) -> None:
         control, self.control = self.control, None

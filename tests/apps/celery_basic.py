@@ -1,0 +1,37 @@
+"""The same tasks as apps.basic, for a real Celery worker (the interop tests run it)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+from apps.basic import Boom, lines  # noqa: F401  (the same exception type on both sides)
+
+app = Celery("celery_basic", broker=os.environ.get("CELERY_BROKER_URL"),
+             backend=os.environ.get("CELERY_RESULT_BACKEND"))
+app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
+
+
+@app.task(name="apps.basic.add")
+def add(x, y):
+    return x + y
+
+
+@app.task(name="apps.basic.boom")
+def boom(message="boom"):
+    raise Boom(message)
+
+
+@app.task(name="apps.basic.flaky", bind=True, max_retries=5, default_retry_delay=0.05)
+def flaky(self, failures):
+    if self.request.retries < failures:
+        raise self.retry(exc=RuntimeError(f"attempt {self.request.retries}"))
+    return self.request.retries
+
+
+@app.task(name="apps.basic.record")
+def record(path, value):
+    with open(path, "a") as handle:
+        handle.write(f"{value}\\n")
+    return value

@@ -1,0 +1,92 @@
+"""Two-way interop with the real Celery (a test dependency only), over Redis and RabbitMQ:
+a Celery client feeds ``workerctl worker``, and this project's client feeds ``celery worker``."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from apps import basic
+from conftest import REDIS_TEST_URL
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker(request: pytest.FixtureRequest) -> str:
+    if request.param == "redis":
+        return request.getfixturevalue("redis_url")
+    request.getfixturevalue("redis_url")  # results live in Redis either way
+    return request.getfixturevalue("amqp_url")
+
+
+@pytest.fixture
+def queue(broker: str):
+    """A queue of the test's own, deleted afterwards (RabbitMQ keeps queues)."""
+    name = f"interop-{uuid.uuid4().hex[:8]}"
+    yield name
+    if broker.startswith("amqp"):
+        import kombu
+
+        with kombu.Connection(broker) as connection:
+            connection.default_channel.queue_delete(name)
+            connection.default_channel.exchange_delete(name)
+
+
+@pytest.fixture
+def celery_client(broker: str):
+    from celery import Celery
+
+    app = Celery("interop-client", broker=broker, backend=REDIS_TEST_URL)
+    app.conf.update(broker_connection_retry_on_startup=True)
+    yield app
+    app.close()
+
+
+@pytest.fixture
+def our_client(broker: str):
+    basic.app.conf.update(broker_url=broker, result_backend=REDIS_TEST_URL)
+    yield basic.app
+    basic.app.close()
+
+
+def test_a_celery_client_feeds_our_worker_and_reads_values_and_exceptions(workers, broker, queue, celery_client):
+    from celery.exceptions import TaskRevokedError
+
+    workers.start("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    assert celery_client.send_task("apps.basic.add", (2, 3), queue=queue).get(timeout=20) == 5
+    with pytest.raises(basic.Boom, match="from celery"):
+        celery_client.send_task("apps.basic.boom", ("from celery",), queue=queue).get(timeout=20)
+    sent = time.monotonic()
+    assert celery_client.send_task("apps.basic.add", (1, 1), queue=queue, countdown=1).get(timeout=20) == 2
+    assert time.monotonic() - sent >= 1
+    assert celery_client.send_task("apps.basic.flaky", (2,), queue=queue).get(timeout=20) == 2
+    expired = celery_client.send_task("apps.basic.add", (1, 1), queue=queue, countdown=1.5, expires=0.5)
+    with pytest.raises(TaskRevokedError):
+        expired.get(timeout=20)
+
+
+def test_our_client_feeds_a_celery_worker_and_reads_values_and_exceptions(workers, broker, queue, our_client):
+    from worker_core.exceptions import TaskRevokedError
+
+    workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    assert basic.add.apply_async((2, 3), queue=queue).get(timeout=20) == 5
+    with pytest.raises(basic.Boom, match="from us"):
+        basic.boom.apply_async(("from us",), queue=queue).get(timeout=20)
+    sent = time.monotonic()
+    assert basic.add.apply_async((1, 1), queue=queue, countdown=1).get(timeout=20) == 2
+    assert time.monotonic() - sent >= 1
+    assert basic.flaky.apply_async((2,), queue=queue).get(timeout=20) == 2
+    expired = basic.add.apply_async((1, 1), queue=queue, countdown=1.5, expires=0.5)
+    with pytest.raises(TaskRevokedError):
+        expired.get(timeout=20)
+
+
+def test_a_celery_clients_get_wakes_on_our_result_without_polling(workers, broker, queue, celery_client):
+    workers.start("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    celery_client.send_task("apps.basic.add", (0, 0), queue=queue).get(timeout=20)  # warm up
+    started = time.monotonic()
+    for n in range(20):
+        assert celery_client.send_task("apps.basic.add", (n, n), queue=queue).get(timeout=20) == 2 * n
+    # 20 round trips; a polling client (interval 0.5 s) would need seconds
+    assert time.monotonic() - started < 2
