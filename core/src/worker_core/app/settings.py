@@ -83,6 +83,8 @@ class Settings:
     broker_heartbeat: float = attrs.field(default=120.0, validator=_check(NUMBER, minimum=0))
     broker_heartbeat_checkrate: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0.1))
     broker_failover_strategy: str = attrs.field(default="round-robin", validator=_check(str))
+    #: seconds between checks whether a preferred broker answers again (failover "priority")
+    broker_failback_interval: float = attrs.field(default=5.0, validator=_check(NUMBER, minimum=0.1))
 
     # -- results
     result_backend: str | None = attrs.field(default=None, validator=_check(str, optional=True))

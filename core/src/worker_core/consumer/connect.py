@@ -114,6 +114,20 @@ class Connector:
             self.connected_once = True
             return connection
 
+    def answers(self, url: str, timeout: float = 1.0) -> bool:
+        """Whether ``url`` accepts a connection right now (a short probe, then closed)."""
+        connection = connection_for(self.plugins, url, self.settings, connect_timeout=timeout)
+        try:
+            connection.connect()
+            return True
+        except Exception:
+            return False
+        finally:
+            try:
+                connection.release()
+            except Exception:
+                pass
+
     def _sleep(self, seconds: float, on_wait: Callable[[], None] | None) -> bool:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:

@@ -18,6 +18,7 @@ from ..app.broker import task_queue
 from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
 from ..protocol import utcnow
+from ..selection import redact
 from .connect import Connector
 from .handler import describe_message, make_handler
 
@@ -72,6 +73,11 @@ class Consumer:
         self.restart_count = 0
         self.reduced_prefetch = False
         self._initial_prefetch: int | None = None
+        self._switch_to: str | None = None
+        self._connection_errors: tuple[type[BaseException], ...] = ()
+        #: the broker went away: stopping must not wait for it
+        self.connection_lost = False
+        self._failback_timer: Any = None
         self._dispatching = False
         self._draining = False
         self._ready_once = False
@@ -97,6 +103,9 @@ class Consumer:
         while True:
             try:
                 self.blueprint.start(self)
+                if self._switch_to is not None:
+                    self._switch_broker()
+                    continue
                 return
             except Exception as exc:
                 if self.worker.stopping and (self._is_connection_error(exc) or isinstance(exc, ConnectionLostError)):
@@ -115,13 +124,9 @@ class Consumer:
         self._close_waker()
 
     def _is_connection_error(self, exc: BaseException) -> bool:
-        connection = self.connection
-        errors: tuple[type[BaseException], ...] = (OSError,)
-        if connection is not None:
-            errors += tuple(connection.recoverable_connection_errors) + tuple(
-                connection.recoverable_channel_errors
-            )
-        return isinstance(exc, errors)
+        # The connection is already released when a failed start unwinds, so its error classes
+        # are remembered from when it was opened.
+        return isinstance(exc, (OSError, *self._connection_errors))
 
     def _after_connection_lost(self) -> None:
         """Celery's prefetch reduction: do not over-fetch while tasks are still running."""
@@ -140,16 +145,27 @@ class Consumer:
     # -- Connection step -------------------------------------------------------------------------
 
     def connect(self) -> None:
+        self.connection_lost = False
         self.connection = self.connector.connect(on_wait=self.perform_pending_operations)
+        self._connection_errors = (
+            *self.connection.recoverable_connection_errors, *self.connection.recoverable_channel_errors
+        )
+        self._watch_preferred_broker()
 
     def disconnect(self) -> None:
         connection, self.connection = self.connection, None
         self.task_consumer = None
-        if connection is not None:
-            try:
+        if connection is None:
+            return
+        try:
+            if self.connection_lost:
+                # Closing politely would wait for a broker that is gone (forever, if the network
+                # hangs): only drop what is ours. The broker gives unacknowledged messages back.
+                connection.collect()
+            else:
                 connection.release()
-            except Exception as exc:
-                logger.debug("error while closing the broker connection: %r", exc)
+        except Exception as exc:
+            logger.debug("error while closing the broker connection: %r", exc)
 
     # -- Tasks step ------------------------------------------------------------------------------
 
@@ -170,7 +186,7 @@ class Consumer:
             self.task_consumer.qos(prefetch_count=prefetch_count, apply_global=True)
 
     def stop_consuming(self) -> None:
-        if self.task_consumer is not None:
+        if self.task_consumer is not None and not self.connection_lost:
             try:
                 self.task_consumer.cancel()
             except Exception as exc:
@@ -195,7 +211,7 @@ class Consumer:
 
     def stop_control(self) -> None:
         control, self.control = self.control, None
-        if control is not None:
+        if control is not None and not self.connection_lost:
             control.close()
 
     # -- Loop step -------------------------------------------------------------------------------
@@ -212,7 +228,12 @@ class Consumer:
                 if self.worker.pool is not None:
                     self.worker.pool.register_with_event_loop(hub)
             self._install_waker()
-        loop.run(self)
+        try:
+            loop.run(self)
+        except Exception as exc:
+            if self._is_connection_error(exc):
+                self.connection_lost = True
+            raise
 
     def on_ready(self) -> None:
         if not self._ready_once:
@@ -224,11 +245,40 @@ class Consumer:
             return False
         if self.connection is None:
             return False
-        if self.worker.stopping:
+        if self.worker.stopping or self._switch_to is not None:
             if not self._draining:
                 self._begin_drain()
             return self.inflight > 0
         return True
+
+    # -- moving back to a preferred broker (failover strategy "priority") -----------------------
+
+    def _watch_preferred_broker(self) -> None:
+        if len(self.options.brokers) < 2 or self.timer is None:
+            return
+        if self._failback_timer is None:
+            interval = self.app.settings.broker_failback_interval
+            self._failback_timer = self.timer.call_repeatedly(interval, self._check_preferred_broker)
+
+    def _check_preferred_broker(self) -> None:
+        current = self.connector.current
+        if current is None or self._switch_to is not None or self.worker.stopping:
+            return
+        preferred = self.connector.strategy.preferred(current)
+        if preferred is None or preferred == current:
+            return
+        if self.connector.answers(preferred):
+            logger.warning("consumer: broker %s answers again; moving back to it from %s",
+                           redact(preferred), redact(current))
+            self._switch_to = preferred
+
+    def _switch_broker(self) -> None:
+        """Leave the current broker once the running tasks are acknowledged there."""
+        target, self._switch_to = self._switch_to, None
+        self.blueprint.stop(self)
+        self._draining = False
+        self.restart_count += 1
+        self.connector.current = target
 
     def _begin_drain(self) -> None:
         self._draining = True
@@ -237,12 +287,13 @@ class Consumer:
         for request in list(self.eta_held):
             if request.timer_entry is not None:
                 request.timer_entry.cancel()
+        for request in [*self.ready, *self.eta_held]:
+            self.reserved.discard(request)
         self.ready.clear()
         self.eta_held.clear()
-        logger.info(
-            "Warm shutdown: waiting for %d running task(s); %d not started will go back to the broker",
-            self.inflight, held,
-        )
+        why = "Warm shutdown" if self.worker.stopping else "Switching brokers"
+        logger.info("%s: waiting for %d running task(s); %d not started will go back to the broker",
+                    why, self.inflight, held)
 
     def heartbeat_rate(self) -> float:
         return float(self.app.settings.broker_heartbeat_checkrate)
@@ -333,14 +384,12 @@ class Consumer:
         except Exception as exc:
             logger.error("Could not acknowledge %s: %r; the broker will deliver it again",
                          describe_message(message), exc)
-        self._restore_prefetch_step()
 
     def reject(self, message: Message, *, requeue: bool) -> None:
         try:
             message.reject(requeue=requeue)
         except Exception as exc:
             logger.error("Could not reject %s: %r", describe_message(message), exc)
-        self._restore_prefetch_step()
 
     def republish(self, message: Message, extra_headers: dict[str, Any]) -> bool:
         """Publish a copy of ``message`` (same body, properties and route) with more headers."""
@@ -476,6 +525,8 @@ class Consumer:
         self.active.discard(request)
         if started:
             self.inflight -= 1
+            if self.reduced_prefetch:
+                self._restore_prefetch_step()
         self.totals[request.name] += 1
         if not self._dispatching:
             self.dispatch()

@@ -1,0 +1,206 @@
+"""Lost brokers, failover and killed workers, with servers and proxies the tests control
+(never the shared Redis or RabbitMQ themselves)."""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import kombu
+import pytest
+
+from apps import basic
+from conftest import REDIS_TEST_URL, require_server
+from faults import RedisServer, TcpProxy
+from workers import TESTS, children_of, wait_for
+
+FAST_RETRY = '{"interval_start": 0.2, "interval_step": 0.2, "interval_max": 0.5}'
+ENV = {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": FAST_RETRY}
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def second_redis(tmp_path: Path):
+    directory = tmp_path / "second"
+    directory.mkdir()
+    server = RedisServer(directory).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client():
+    yield basic.app
+    basic.app.close()
+
+
+def test_the_worker_reconnects_after_a_redis_restart_and_resumes_on_the_same_queues(
+        workers, redis_server, client, redis_url):
+    client.conf.update(broker_url=redis_server.url, result_backend=REDIS_TEST_URL)
+    worker = workers.start("-Q", "celery,second", pool="threads", broker=redis_server.url,
+                           backend=REDIS_TEST_URL, env=ENV)
+    assert basic.add.delay(1, 1).get(timeout=20) == 2
+    redis_server.stop()
+    worker.wait_log("Connection to broker lost")
+    worker.wait_log("Trying again in 0.20 seconds... (1/100)")
+    redis_server.start()
+    worker.wait_log("Connected to redis://127.0.0.1", timeout=20)
+    client.close()
+    assert basic.add.delay(2, 2).get(timeout=20) == 4
+    assert basic.add.apply_async((3, 3), queue="second").get(timeout=20) == 6
+
+
+def test_the_worker_reconnects_through_a_cut_amqp_connection(workers, amqp_url, redis_url, client):
+    require_server(5672, "RabbitMQ")
+    proxy = TcpProxy(5672)
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    try:
+        client.conf.update(broker_url=amqp_url, result_backend=REDIS_TEST_URL)
+        worker = workers.start("-Q", queue, pool="threads", broker=url, backend=REDIS_TEST_URL, env=ENV)
+        assert basic.add.apply_async((1, 1), queue=queue).get(timeout=20) == 2
+        proxy.cut()
+        worker.wait_log("Connection to broker lost")
+        worker.wait_log("Trying again in")
+        proxy.restore()
+        worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=20)
+        assert basic.add.apply_async((5, 5), queue=queue).get(timeout=20) == 10
+    finally:
+        proxy.close()
+        with kombu.Connection(amqp_url) as connection:
+            connection.default_channel.queue_delete(queue)
+
+
+def test_a_missed_amqp_heartbeat_is_a_lost_connection(workers, amqp_url, redis_url, client):
+    proxy = TcpProxy(5672)
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    try:
+        client.conf.update(broker_url=amqp_url, result_backend=REDIS_TEST_URL)
+        env = dict(ENV, WORKER_BROKER_HEARTBEAT="2", WORKER_BROKER_CONNECTION_TIMEOUT="1")
+        worker = workers.start("-Q", queue, pool="threads", broker=url, backend=REDIS_TEST_URL, env=env)
+        assert basic.add.apply_async((1, 1), queue=queue).get(timeout=20) == 2
+        proxy.blackhole()  # the TCP connection stays open; nothing gets through
+        started = time.monotonic()
+        worker.wait_log("Connection to broker lost", timeout=20)
+        assert time.monotonic() - started < 12
+        proxy.restore()
+        worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=30)
+        assert basic.add.apply_async((2, 3), queue=queue).get(timeout=20) == 5
+    finally:
+        proxy.close()
+        with kombu.Connection(amqp_url) as connection:
+            connection.default_channel.queue_delete(queue)
+
+
+def test_failover_moves_to_the_next_redis_and_priority_moves_back(
+        workers, redis_server, second_redis, redis_url):
+    first, second = redis_server.url, second_redis.url
+    env = dict(ENV, WORKER_BROKER_FAILBACK_INTERVAL="0.5")
+    worker = workers.start("--failover", "priority", pool="threads", broker=f"{first};{second}",
+                           backend=REDIS_TEST_URL, env=env)
+    try:
+        basic.app.conf.update(broker_url=first, result_backend=REDIS_TEST_URL)
+        assert basic.add.delay(1, 1).get(timeout=20) == 2
+        redis_server.stop()
+        worker.wait_log(f"switching broker from {first} to {second}", timeout=20)
+        basic.app.conf.update(broker_url=second, result_backend=REDIS_TEST_URL)
+        assert basic.add.delay(2, 2).get(timeout=20) == 4
+        redis_server.start()
+        worker.wait_log(f"broker {first} answers again; moving back to it from {second}", timeout=20)
+        worker.wait_log("Connected to " + first, timeout=20)
+        basic.app.conf.update(broker_url=first, result_backend=REDIS_TEST_URL)
+        assert basic.add.delay(3, 3).get(timeout=20) == 6
+    finally:
+        basic.app.close()
+
+
+def test_round_robin_failover_keeps_going_to_the_next_broker(workers, redis_server, second_redis, redis_url):
+    first, second = redis_server.url, second_redis.url
+    worker = workers.start(pool="threads", broker=f"{first};{second}", backend=REDIS_TEST_URL, env=ENV)
+    try:
+        redis_server.stop()
+        worker.wait_log(f"switching broker from {first} to {second}", timeout=20)
+        basic.app.conf.update(broker_url=second, result_backend=REDIS_TEST_URL)
+        assert basic.add.delay(4, 4).get(timeout=20) == 8
+        assert "moving back" not in worker.log()
+    finally:
+        basic.app.close()
+
+
+def test_a_broker_restart_with_running_tasks_reduces_the_prefetch_then_restores_it(
+        workers, redis_server, redis_url, tmp_path):
+    basic.app.conf.update(broker_url=redis_server.url, result_backend=REDIS_TEST_URL)
+    worker = workers.start("-c", "2", "--prefetch-multiplier", "2", pool="threads", broker=redis_server.url,
+                           backend=REDIS_TEST_URL, env=ENV)
+    try:
+        running = [basic.sleep.delay(3) for _ in range(2)]
+        wait_for(lambda: worker.log().count(" received") >= 2, message="two tasks running")
+        time.sleep(0.2)
+        redis_server.stop()
+        redis_server.start()
+        worker.wait_log("Temporarily reducing the prefetch count to 2 to avoid over-fetching since 2 tasks "
+                        "are currently being processed.", timeout=20)
+        worker.wait_log("The prefetch count will be gradually restored to 4 as the tasks complete processing.")
+        assert [r.get(timeout=30) for r in running] == [3, 3]
+        worker.wait_log("Resuming normal operations following a restart.\n"
+                        "Prefetch count has been restored to the maximum of 4", timeout=20)
+    finally:
+        basic.app.close()
+
+
+def _kill_worker(worker) -> None:
+    for pid in [*children_of(worker.pid), worker.pid]:
+        try:
+            import os
+
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    worker.process.wait(timeout=10)
+
+
+def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_redis(
+        workers, redis_url, tmp_path):
+    env = dict(ENV, WORKER_BROKER_TRANSPORT_OPTIONS='{"visibility_timeout": 3}')
+    basic.app.conf.update(broker_url=redis_url, result_backend=redis_url)
+    try:
+        first = workers.start("-c", "2", pool="prefork", broker=redis_url, backend=redis_url, env=env)
+        proof = tmp_path / "ran.txt"
+        results = [basic.record_slowly.delay(str(proof), n, 2) for n in range(4)]
+        wait_for(lambda: first.log().count(" received") >= 2, message="tasks to start")
+        _kill_worker(first)
+        assert basic.lines(proof) == []
+        workers.start("-c", "2", pool="prefork", broker=redis_url, backend=redis_url, env=env)
+        assert sorted(r.get(timeout=60) for r in results) == [0, 1, 2, 3]
+        assert sorted(map(int, basic.lines(proof))) == [0, 1, 2, 3]
+    finally:
+        basic.app.close()
+
+
+def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_rabbitmq(
+        workers, amqp_url, redis_url, tmp_path):
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    basic.app.conf.update(broker_url=amqp_url, result_backend=redis_url)
+    try:
+        first = workers.start("-c", "2", "-Q", queue, pool="prefork", broker=amqp_url, backend=redis_url, env=ENV)
+        proof = tmp_path / "ran.txt"
+        results = [basic.record_slowly.apply_async((str(proof), n, 2), queue=queue) for n in range(4)]
+        wait_for(lambda: first.log().count(" received") >= 2, message="tasks to start")
+        _kill_worker(first)
+        assert basic.lines(proof) == []
+        workers.start("-c", "2", "-Q", queue, pool="prefork", broker=amqp_url, backend=redis_url, env=ENV)
+        assert sorted(r.get(timeout=60) for r in results) == [0, 1, 2, 3]
+        assert sorted(map(int, basic.lines(proof))) == [0, 1, 2, 3]
+    finally:
+        basic.app.close()
+        with kombu.Connection(amqp_url) as connection:
+            connection.default_channel.queue_delete(queue)
