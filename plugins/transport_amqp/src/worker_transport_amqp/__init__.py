@@ -1,3 +1,5 @@
 """RabbitMQ (AMQP 0.9.1) broker for worker."""
 
-__all__: list[str] = []
+from .transport import AmqpTransport
+
+__all__ = ["AmqpTransport"]

@@ -1,20 +1,80 @@
-"""The AMQP transport (being written)."""
+"""The AMQP transport slot: ``amqp://``, ``amqps://`` (TLS) and ``pyamqp://`` through py-amqp
+(``kombu.transport.pyamqp``), with AMQP heartbeats on by default as in Celery."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from worker_core.exceptions import NotImplementedYet
+from .options import check_options, check_urls
+
+if TYPE_CHECKING:
+    from kombu.connection import Connection
+
+    from worker_core.app.settings import Settings
+
+__all__ = ["AmqpTransport"]
+
+#: AMQP's reply code for a queue that does not exist (passive declare).
+NOT_FOUND = 404
 
 
 class AmqpTransport:
-    """Reaches RabbitMQ through py-amqp."""
+    """RabbitMQ through py-amqp. Queues are declared by the worker exactly as Celery declares them
+    (durable, bound to a direct exchange of the same name, global QoS), so both share a queue.
+
+    ``broker_transport_options`` are py-amqp's connection arguments (``confirm_publish``,
+    ``client_properties``, ``read_timeout``, ...), kombu's reconnect schedule, and ``ssl``
+    (``True`` or SSL arguments, as kombu's ``Connection(ssl=...)``).
+    """
 
     supports_async: ClassVar[bool] = True
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
+        # As in Celery: results are off unless result_backend is set.
         return None
 
-    def __init__(self, url: str, settings: Any) -> None:
-        raise NotImplementedYet("the AMQP transport (worker-transport-amqp) is not implemented yet")
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.scheme, self.urls = check_urls(url)
+        options = check_options(settings.broker_transport_options)
+        self.ssl: bool | Mapping[str, Any] | None = options.pop("ssl", None)
+        self.options = options
+        #: Seconds between heartbeats (0: off); py-amqp agrees the smaller one with the server.
+        self.heartbeat = float(settings.broker_heartbeat)
+
+    def __repr__(self) -> str:
+        return f"<AmqpTransport {self.scheme}>"
+
+    def info(self) -> dict[str, Any]:
+        """What ``workerctl inspect`` shows about the broker."""
+        return {"transport": "amqp", "scheme": self.scheme, "heartbeat": self.heartbeat,
+                "ssl": bool(self.ssl) or self.scheme == "amqps"}
+
+    def kombu_transport(self) -> type:
+        from .kombu_transport import SSLTransport, Transport  # imports kombu's py-amqp transport
+
+        return SSLTransport if self.scheme == "amqps" or bool(self.ssl) else Transport
+
+    def connection_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"heartbeat": self.heartbeat, "transport_options": dict(self.options)}
+        if self.ssl is not None:
+            options["ssl"] = dict(self.ssl) if isinstance(self.ssl, Mapping) else self.ssl
+        return options
+
+    def queue_depth(self, connection: Connection, queue: str) -> int:
+        """Messages ready in ``queue`` (a passive declare); 0 when the queue does not exist."""
+        # A failed passive declare closes its channel: never risk the consumer's own channel.
+        channel = connection.channel()  # type: ignore[no-untyped-call]
+        try:
+            return int(channel.queue_declare(queue=queue, passive=True).message_count)
+        except connection.channel_errors as exc:
+            if getattr(exc, "reply_code", None) == NOT_FOUND:
+                return 0
+            raise
+        finally:
+            try:
+                channel.close()
+            except Exception:  # already closed by the broker after a failed declare
+                pass

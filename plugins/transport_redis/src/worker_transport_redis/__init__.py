@@ -1,3 +1,6 @@
 """Redis broker and result backend for worker."""
 
-__all__: list[str] = []
+from .backend import RedisBackend
+from .transport import RedisTransport
+
+__all__ = ["RedisBackend", "RedisTransport"]

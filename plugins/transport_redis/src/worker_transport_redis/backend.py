@@ -1,14 +1,188 @@
-"""The Redis result backend (being written)."""
+"""The Redis result backend: Celery's keys and values, one round trip per stored result, and
+waiting on pub/sub as Celery's client does, so Celery clients and workers share the results."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from worker_core.exceptions import NotImplementedYet
+from kombu.utils import encoding as _encoding
+from kombu.utils import json as _json
+
+from worker_core.exceptions import ResultError, ResultTimeout
+from worker_core.results.meta import READY_STATES, make_meta, pending_meta
+
+from .backend_options import check_backend
+
+if TYPE_CHECKING:
+    from worker_core.app.settings import Settings
+
+    from .listener import ResultListener
+
+__all__ = ["RedisBackend"]
+
+logger = logging.getLogger(__name__)
+
+# kombu's JSON codec (datetimes, UUIDs, Decimals, bytes) is not annotated.
+dumps: Callable[[Any], str] = _json.dumps
+loads: Callable[[str], Any] = _json.loads
+bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
+
+
+def _decode(value: bytes | str) -> dict[str, Any]:
+    meta = loads(bytes_to_str(value))
+    if not isinstance(meta, dict):
+        raise ValueError(f"a stored result must be a JSON object (got {type(meta).__name__})")
+    return meta
+
+
+class _Connected:
+    """The connections of one process: the pool, a client, the store script, the listener."""
+
+    def __init__(self, pool: Any) -> None:
+        import redis
+
+        from .listener import ResultListener
+        from .scripts import STORE_RESULT
+
+        self.pid = os.getpid()
+        self.pool = pool
+        self.client = redis.Redis(connection_pool=pool)
+        self.store = self.client.register_script(STORE_RESULT)
+        self.listener: ResultListener = ResultListener(self.client, _decode)
+        self.errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 
 class RedisBackend:
-    """Stores results in Redis as Celery does."""
+    """Results in ``celery-task-meta-<id>`` (kombu JSON of Celery's meta), kept ``result_expires``
+    seconds, published on a channel of the same name; a SUCCESS is never overwritten.
 
-    def __init__(self, url: str, settings: Any) -> None:
-        raise NotImplementedYet("the Redis result backend (worker-transport-redis) is not implemented yet")
+    Thread-safe; in a forked child it connects again (the parent's sockets are left alone).
+    """
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        self.url = url
+        self.config = check_backend(url, settings.result_backend_transport_options)
+        self.expires = settings.result_expires
+        self.extended = settings.result_extended
+        self._lock = threading.Lock()
+        self._connected: _Connected | None = None
+
+    def __repr__(self) -> str:
+        return f"<RedisBackend {self.config.scheme}>"
+
+    def key_for(self, task_id: str) -> str:
+        return self.config.key_prefix + task_id
+
+    # -- worker side -------------------------------------------------------------------------------
+
+    def store_result(
+        self,
+        task_id: str,
+        result: Any,
+        state: str,
+        traceback: str | None = None,
+        request: Mapping[str, Any] | None = None,
+    ) -> None:
+        meta = make_meta(task_id, state, result, traceback, request, extended=self.extended)
+        # Celery: no expiry when result_expires is unset or 0.
+        milliseconds = round(self.expires * 1000) if self.expires else 0
+        args: list[str | int] = [dumps(meta), milliseconds]
+        key = self.key_for(task_id)
+        self._retrying(f"store the result of task {task_id}",
+                       lambda connected: connected.store(keys=[key], args=args))
+
+    # -- client side -------------------------------------------------------------------------------
+
+    def get_task_meta(self, task_id: str) -> Mapping[str, Any]:
+        return self._read(task_id) or pending_meta(task_id)
+
+    def on_task_call(self, task_id: str) -> None:
+        """Subscribe to the task's channel before it is sent, so its PUBLISH cannot be missed."""
+        try:
+            self._current().listener.subscribe(self.key_for(task_id), early=True)
+        except Exception as exc:
+            # Sending the task matters more: wait_for subscribes again and reads the key.
+            logger.warning("could not subscribe to the result of task %s: %r", task_id, exc)
+
+    def wait_for(
+        self, task_id: str, timeout: float | None = None, interval: float = 0.5
+    ) -> Mapping[str, Any]:
+        """Wait on pub/sub (``interval`` is not used: nothing is polled)."""
+        def ready(key: str) -> dict[str, Any] | None:
+            meta = self._read(task_id)
+            return meta if meta is not None and meta.get("status") in READY_STATES else None
+
+        try:
+            return self._current().listener.wait(self.key_for(task_id), timeout, ready)
+        except ResultTimeout as exc:
+            state = self._state_for_timeout(task_id)
+            raise ResultTimeout(f"task {task_id} did not finish within {timeout:g}s (state: {state}); "
+                                f"{exc}") from None
+
+    def forget(self, task_id: str) -> None:
+        key = self.key_for(task_id)
+        self._retrying(f"forget the result of task {task_id}", lambda connected: connected.client.delete(key))
+
+    def close(self) -> None:
+        with self._lock:
+            connected, self._connected = self._connected, None
+        if connected is not None and connected.pid == os.getpid():
+            connected.listener.close()
+            connected.pool.disconnect()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _current(self) -> _Connected:
+        connected = self._connected
+        if connected is None or connected.pid != os.getpid():
+            with self._lock:
+                connected = self._connected
+                if connected is None or connected.pid != os.getpid():
+                    # After a fork the parent's connections stay untouched (closing them here
+                    # would shut the parent's sockets): this process opens its own.
+                    try:
+                        connected = self._connected = _Connected(self.config.pool())
+                    except (ValueError, TypeError) as exc:
+                        raise ResultError(f"cannot use the result backend {self.url!r}: {exc}") from exc
+        return connected
+
+    def _read(self, task_id: str) -> dict[str, Any] | None:
+        key = self.key_for(task_id)
+        value = self._retrying(f"read the result of task {task_id}",
+                               lambda connected: connected.client.get(key))
+        if value is None:
+            return None
+        try:
+            return _decode(value)
+        except ValueError as exc:
+            raise ResultError(
+                f"the stored result of task {task_id} ({key}) is not Celery's format: {exc}"
+            ) from exc
+
+    def _state_for_timeout(self, task_id: str) -> str:
+        try:
+            return str(self.get_task_meta(task_id).get("status"))
+        except Exception:
+            return "unknown"
+
+    def _retrying(self, action: str, call: Callable[[_Connected], Any]) -> Any:
+        """``call`` with Celery's retry policy for connection errors (20 tries, 1 s apart)."""
+        policy = self.config.retry_policy
+        retries, interval = 0, float(policy["interval_start"])
+        while True:
+            connected = self._current()
+            try:
+                return call(connected)
+            except connected.errors as exc:
+                if retries >= policy["max_retries"]:
+                    raise ResultError(f"cannot {action} in Redis ({self.config.scheme}): {exc}") from exc
+                retries += 1
+                logger.warning("cannot %s in Redis (%s); retry %d/%d in %.1fs", action, exc, retries,
+                               policy["max_retries"], interval)
+                time.sleep(interval)
+                interval = min(interval + float(policy["interval_step"]), float(policy["interval_max"]))

@@ -1,0 +1,455 @@
+"""kombu's Redis channel with batched fetches and acknowledgements, on Celery's wire format.
+
+Stock kombu costs three round trips per message: BRPOP one message, ZADD+HSET it into
+``unacked``, ZREM+HDEL it on ack. This channel, while the prefetch window has room and the queues
+may hold messages, sends one script (:data:`~.scripts.FETCH`) that writes the acknowledgements
+buffered since the last one, then pops up to the window's room in kombu's priority and
+round-robin order and records each message in ``unacked``/``unacked_index`` in the same atomic
+step (no message can be lost between the pop and the record). The script is sent and read on the
+BRPOP connection through kombu's poller, so the hub and ``drain_events`` drive it unchanged.
+When a fetch comes back short the queues are empty and the channel falls back to the blocking
+BRPOP, so an idle worker wakes at once. The message BRPOP returns is handed to the consumer
+straight away while the next fetch, sent first on the same connection, records it (kombu waits a
+round trip for that record before delivering): acknowledgements travel on that connection or
+after its reply, so Redis never sees an ack before the record it removes.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from queue import Empty
+from time import monotonic, time
+from typing import Any
+
+from kombu.transport import redis as _redis
+from kombu.utils import encoding as _encoding
+from kombu.utils import json as _json
+from kombu.utils.scheduling import round_robin_cycle
+from redis.exceptions import NoScriptError
+
+from .acks import AckBuffer, owe
+from .options import DEFAULT_FETCH_LIMIT
+from .qos import QoS
+from .scripts import FETCH, FETCH_SHA
+
+__all__ = ["Channel", "SentinelChannel"]
+
+logger = logging.getLogger(__name__)
+
+# kombu is not annotated: its modules are typed as Any here, once.
+redis: Any = _redis
+loads: Callable[[str], Any] = _json.loads
+dumps: Callable[[Any], str] = _json.dumps
+bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
+
+
+class _Fetch:
+    """A fetch script in flight: what it asked for, the acknowledgements it carries, and the
+    payloads BRPOP took that it records."""
+
+    __slots__ = ("acks", "booked", "booked_tags", "queues", "want")
+
+    def __init__(self, queues: list[str], want: int, acks: list[str], booked: list[bytes],
+                 booked_tags: frozenset[str] = frozenset()) -> None:
+        self.queues = queues
+        self.want = want
+        self.acks = acks
+        self.booked = booked
+        self.booked_tags = booked_tags
+
+
+class Channel(redis.Channel):  # type: ignore[misc]
+    """A Redis channel that fetches and acknowledges in batches (see the module docstring)."""
+
+    QoS = QoS
+    from_transport_options = (*redis.Channel.from_transport_options, "fetch_limit")
+    fetch_limit = DEFAULT_FETCH_LIMIT
+    _closing: bool = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: Without ack emulation there is nothing to record: kombu's plain BRPOP path is used.
+        self._batching = bool(self.ack_emulation)
+        self._script_loaded = False
+        #: Whether the queues may hold messages: a fetch (non-blocking) is tried, else BRPOP.
+        self._maybe_ready = True
+        self._fetch: _Fetch | None = None
+        #: Fetched and recorded as unacked, not yet handed to the consumer.
+        self._undelivered: deque[tuple[str, dict[str, Any]]] = deque()
+        conninfo = self.connection.client
+        self.ack_location: Hashable = (
+            conninfo.hostname, conninfo.port, str(conninfo.virtual_host), self.global_keyprefix,
+            self.unacked_key, self.unacked_index_key,
+        )
+        self.acks = AckBuffer(self.ack_location)
+        self._pooled_client: Any = None
+        self._client_id: int | None = None
+        self._client_id_sock: Any = None
+        #: Acknowledgements sent just before the BRPOP in flight, whose reply comes first.
+        self._ack_reply: list[str] | None = None
+
+    @contextmanager
+    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
+        # kombu builds a new redis.Redis per call (per publish, ack and unacked write), which
+        # costs more than the round trip with redis-py 8; one client on the pool is thread-safe.
+        if client is None:
+            pool = self.pool
+            client = self._pooled_client
+            if client is None or client.connection_pool is not pool:
+                client = self._pooled_client = self._create_client()
+        yield client
+
+    # -- acknowledgements ------------------------------------------------------------------------
+
+    @property
+    def buffers_acks(self) -> bool:
+        """Acks wait for the next flush only while something drives the channel (a consumer
+        drained by the loop, or a record in flight that must reach Redis first); otherwise, and
+        while closing, they are written at once."""
+        if self.closed or self._closing:
+            return False
+        return bool(self._consumers) or self.recording_in_flight
+
+    @property
+    def fetch_in_flight(self) -> bool:
+        return self._fetch is not None
+
+    @property
+    def recording_in_flight(self) -> bool:
+        """Whether the fetch in flight records messages BRPOP took: acks written on another
+        connection meanwhile could reach Redis before the records they remove."""
+        fetch = self._fetch
+        return fetch is not None and bool(fetch.booked)
+
+    def flush_acks(self) -> None:
+        """Write the buffered acknowledgements in one round trip."""
+        tags = self.acks.take()
+        if not tags:
+            return
+        try:
+            with self.conn_or_acquire() as client, client.pipeline() as pipe:
+                pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
+        except BaseException:
+            self.acks.put_back(tags)
+            raise
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        if self._batching and self._maybe_ready:
+            room = self._room()
+            if room > 0 and self._ensure_script():
+                self._send_fetch(list(queues), room, [])
+                return
+        self._learn_client_id()
+        # BRPOP may block for brpop_timeout: acknowledgements must not wait behind it. They go
+        # first on the same connection (a fetch of nothing), without waiting for their reply.
+        acks = self.acks.take() if self.acks else []
+        if acks and self._batching and self._script_loaded:
+            self._send_acks_before_brpop(list(queues), acks)
+        elif acks:
+            self.acks.put_back(acks)
+            self.flush_acks()
+        super()._brpop_start(timeout)
+
+    def _send_acks_before_brpop(self, queues: list[str], acks: list[str]) -> None:
+        try:
+            self.client.connection.send_command(*self._fetch_command(queues, 0, acks, []))
+        except BaseException:
+            self.acks.put_back(acks)
+            raise
+        self._ack_reply = acks
+
+    def _learn_client_id(self) -> None:
+        """Remember the server's id for the BRPOP connection (once per socket), so that closing
+        can end a BRPOP in flight at once with CLIENT UNBLOCK instead of waiting it out."""
+        connection = self.client.connection
+        sock = connection._sock
+        if sock is None or self._client_id_sock is sock:
+            return
+        try:
+            connection.send_command("CLIENT", "ID")
+            self._client_id = int(connection.read_response())
+            self._client_id_sock = sock
+        except self.ResponseError:  # a server without CLIENT ID (Redis < 5): wait it out on close
+            self._client_id = None
+            self._client_id_sock = sock
+
+    def _room(self) -> int:
+        estimate = self.qos.can_consume_max_estimate()
+        return int(self.fetch_limit if estimate is None else min(estimate, self.fetch_limit))
+
+    def _ensure_script(self) -> bool:
+        if not self._script_loaded:
+            try:
+                with self.conn_or_acquire() as client:
+                    client.script_load(FETCH)
+            except self.ResponseError as exc:
+                # A server without scripting (or refusing it): kombu's BRPOP path still works.
+                logger.warning("Redis refused the fetch script (%s); using one BRPOP per message", exc)
+                self._batching = False
+                return False
+            self._script_loaded = True
+        return True
+
+    def _fetch_command(self, queues: list[str], want: int, acks: list[str], booked: list[bytes]) -> list[Any]:
+        prefix = self.global_keyprefix
+        keys = [prefix + self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
+        rotate = isinstance(self._queue_cycle, round_robin_cycle)
+        return ["EVALSHA", FETCH_SHA, len(keys) + 2, prefix + self.unacked_key,
+                prefix + self.unacked_index_key, *keys, want, repr(time()), len(queues), int(rotate),
+                len(acks), *acks, len(booked), *booked]
+
+    def recording(self, delivery_tag: str) -> bool:
+        """Whether the unacked record of this delivered message is still on its way to Redis."""
+        fetch = self._fetch
+        return fetch is not None and delivery_tag in fetch.booked_tags
+
+    def requeue_copy(self, message: Any) -> None:
+        """Put a copy of ``message`` back at the end of its queue, as kombu's requeue does."""
+        info = message.delivery_info
+        with self.conn_or_acquire() as client, client.pipeline() as pipe:
+            self._do_restore_message(loads(dumps(message._raw)), info["exchange"], info["routing_key"], pipe,
+                                     leftmost=True)
+            pipe.execute()
+
+    def _send_fetch(self, queues: list[str], want: int, booked: list[bytes],
+                    booked_tags: frozenset[str] = frozenset()) -> None:
+        acks = self.acks.take()
+        connection = self.client.connection
+        self._fetch = _Fetch(queues, want, acks, booked, booked_tags)
+        self._in_poll = connection
+        self._brpop_sent_at = monotonic()
+        try:
+            connection.send_command(*self._fetch_command(queues, want, acks, booked))
+        except BaseException:
+            self._fetch = None
+            self._in_poll = None
+            self.acks.put_back(acks)
+            raise
+
+    def _brpop_read(self, **options: Any) -> bool:
+        if self._fetch is None:
+            return self._read_brpop(**options)
+        return self._read_fetch()
+
+    def _read_fetch(self) -> bool:
+        fetch, self._fetch = self._fetch, None
+        assert fetch is not None
+        try:
+            reply = self.client.parse_response(self.client.connection, "EVALSHA")
+        except NoScriptError:
+            # The server lost its script cache (restart, SCRIPT FLUSH): nothing ran.
+            self._script_loaded = False
+            self.acks.put_back(fetch.acks)
+            self._record_now(fetch.booked)
+            raise Empty() from None
+        except self.connection_errors:
+            # Whether the script ran is unknown: the acks are written again (idempotent), and
+            # messages it may have taken are in ``unacked``, restored after the visibility timeout.
+            self.acks.put_back(fetch.acks)
+            self.client.connection.disconnect()
+            raise
+        except BaseException:
+            self.acks.put_back(fetch.acks)
+            raise
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+        taken = self._accept(reply, fetch)
+        self._maybe_ready = taken >= fetch.want
+        if not self._undelivered:
+            raise Empty()
+        self._deliver_fetched()
+        return True
+
+    def _accept(self, reply: list[Any], fetch: _Fetch) -> int:
+        """Queue the fetched messages for delivery, mirroring the script's round-robin turns."""
+        queues, nqueues = fetch.queues, len(fetch.queues)
+        for position in range(0, len(reply), 3):
+            index, tag = int(reply[position]), bytes_to_str(reply[position + 1])
+            raw = bytes_to_str(reply[position + 2])
+            queue = queues[(abs(index) - 1) % nqueues]
+            self._queue_cycle.rotate(queue)
+            if index < 0:
+                logger.error("Dropped a message from queue %r that has no delivery tag (not a kombu "
+                             "message, so it cannot be acknowledged): %.300r", queue, raw)
+                continue
+            try:
+                payload = loads(raw)
+            except ValueError as exc:
+                logger.error("Dropped a message from queue %r that is not JSON (%s): %.300r", queue, exc, raw)
+                self.qos._remove_from_indices(tag).execute()
+                continue
+            self._undelivered.append((queue, payload))
+        return len(reply) // 3
+
+    def _deliver_fetched(self) -> None:
+        deliver = self.connection._deliver
+        qos = self.qos
+        pending = self._undelivered
+        while pending and not self._closing:
+            queue, payload = pending.popleft()
+            qos.prebooked = payload["properties"]["delivery_tag"]
+            try:
+                deliver(payload, queue)
+            except BaseException:
+                qos.prebooked = None
+                self._restore_undelivered()
+                raise
+        qos.prebooked = None
+
+    def _restore_undelivered(self) -> None:
+        """Put back, first in line, the fetched messages a failing consumer callback left."""
+        pending = self._undelivered
+        while pending:
+            _, payload = pending.pop()  # the last taken goes back first: order is kept
+            tag = payload["properties"]["delivery_tag"]
+            try:
+                self.qos.restore_by_tag(tag)
+            except Exception as exc:
+                logger.error("Could not restore message %s (%r); it comes back after the visibility "
+                             "timeout (%ss)", tag, exc, self.visibility_timeout)
+
+    def _read_ack_reply(self) -> bool:
+        """Read the reply of the acknowledgements sent before the BRPOP; False if the BRPOP's
+        own reply has not arrived yet (the channel keeps waiting for it)."""
+        acks, self._ack_reply = self._ack_reply, None
+        assert acks is not None
+        connection = self.client.connection
+        try:
+            self.client.parse_response(connection, "EVALSHA")
+        except NoScriptError:
+            self._script_loaded = False
+            self.acks.put_back(acks)
+        except self.connection_errors:
+            self.acks.put_back(acks)
+            self._in_poll = None
+            connection.disconnect()
+            raise
+        except BaseException:
+            self.acks.put_back(acks)
+            raise
+        return bool(connection.can_read(timeout=0))
+
+    def _read_brpop(self, **options: Any) -> bool:
+        if self._ack_reply is not None and not self._read_ack_reply():
+            raise Empty()
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                self.client.connection.disconnect()
+                raise
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()
+        if not reply:
+            raise Empty()
+        key, item = bytes_to_str(reply[0]), reply[1]
+        if self._closing:
+            # Not recorded yet and nobody will process it: back where it was, untouched.
+            with self.conn_or_acquire() as client:
+                client.rpush(key, item)
+            return False
+        queue = key.rsplit(self.sep, 1)[0]
+        self._queue_cycle.rotate(queue)
+        self._maybe_ready = True
+        payload = loads(bytes_to_str(item))
+        if self._batching and self._script_loaded:
+            # Record it (and look for more) with a fetch sent now, before delivering: the record
+            # reaches Redis as soon as kombu's would, without a round trip before the delivery.
+            queues = list(self._queue_cycle.consume(len(self.active_queues))) or [queue]
+            tag = _tag(payload)
+            self._send_fetch(queues, max(self._room() - 1, 0), [item], frozenset([tag] if tag else []))
+            self.qos.prebooked = tag
+        try:
+            self.connection._deliver(payload, queue)
+        finally:
+            self.qos.prebooked = None
+        return True
+
+    def _record_now(self, booked: list[bytes]) -> None:
+        """Record in ``unacked``, as kombu does, messages whose recording fetch did not run."""
+        if not booked:
+            return
+        with self.conn_or_acquire() as client, client.pipeline() as pipe:
+            for item in booked:
+                payload = loads(bytes_to_str(item))
+                tag, info = _tag(payload), payload["properties"].get("delivery_info") or {}
+                if tag is None:
+                    continue
+                pipe.zadd(self.unacked_index_key, {tag: time()})
+                entry = [payload, info.get("exchange"), info.get("routing_key")]
+                pipe.hset(self.unacked_key, tag, dumps(entry))
+            pipe.execute()
+
+    # -- closing ---------------------------------------------------------------------------------
+
+    def before_restore(self) -> None:
+        """Called by the QoS just before it restores unacknowledged messages (on close)."""
+        self._flush_acks_or_owe()
+        while self._undelivered:
+            _, payload = self._undelivered.popleft()
+            self.qos.track(self.Message(payload, channel=self))
+
+    def close(self) -> None:
+        if not self.closed and not self._closing:
+            self._closing = True
+            if self._in_poll:
+                # A reply in flight may hold messages already recorded as unacked: read it, so
+                # they are restored now rather than after the visibility timeout. A BRPOP is
+                # told to return now (with its message, if it just took one).
+                self._unblock()
+                while self._in_poll:  # the acks' reply may come before the BRPOP's
+                    try:
+                        self._brpop_read()
+                    except Empty:
+                        pass
+                    except Exception as exc:
+                        logger.debug("lost the reply in flight while closing: %r", exc)
+                        break
+            self._flush_acks_or_owe()
+        super().close()
+
+    def _unblock(self) -> None:
+        connection = self._in_poll
+        if self._fetch is not None or self._client_id is None or connection is None:
+            return
+        if connection._sock is not self._client_id_sock:
+            return
+        try:
+            with self.conn_or_acquire() as client:
+                client.client_unblock(self._client_id)
+        except Exception as exc:  # the BRPOP then ends by itself within brpop_timeout
+            logger.debug("could not unblock the BRPOP connection: %r", exc)
+
+    def _flush_acks_or_owe(self) -> None:
+        try:
+            self.flush_acks()
+        except Exception as exc:
+            tags = self.acks.take()
+            owe(self.ack_location, tags)
+            logger.warning("Could not write %d acknowledgement(s) to Redis before closing (%r); the "
+                           "next connection to it writes them", len(tags), exc)
+
+
+class SentinelChannel(Channel, redis.SentinelChannel):  # type: ignore[misc]
+    """The batched channel, finding the master through Redis Sentinel."""
+
+    from_transport_options = (*redis.SentinelChannel.from_transport_options, "fetch_limit")
+
+
+def _tag(payload: Any) -> str | None:
+    """The delivery tag of a kombu payload (None when it has none)."""
+    try:
+        tag = payload["properties"]["delivery_tag"]
+    except (KeyError, TypeError):
+        return None
+    return tag if isinstance(tag, str) and tag else None

@@ -1,0 +1,246 @@
+"""The AMQP transport against a real RabbitMQ: round trips (drain_events and a kombu Hub),
+heartbeats, priorities, queue depth, and queue declarations Celery and we can share."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import kombu
+import pytest
+from conftest import require_server
+from kombu.asynchronous import Hub
+
+from worker_core.app.broker import task_queue
+from worker_core.app.settings import Settings
+from worker_core.exceptions import ConfigurationError
+from worker_transport_amqp import AmqpTransport
+
+pytestmark = pytest.mark.amqp
+
+URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def connect(settings: Settings | None = None, url: str = URL) -> kombu.Connection:
+    transport = AmqpTransport(url, settings or Settings())
+    return kombu.Connection(url, transport=transport.kombu_transport(), **transport.connection_options())
+
+
+@pytest.fixture
+def queue_name() -> Iterator[str]:
+    """A fresh queue name; the queue and its exchange are deleted afterwards."""
+    require_server(5672, "RabbitMQ")
+    name = f"wt-{uuid.uuid4().hex[:10]}"
+    yield name
+    with connect() as connection:
+        channel = connection.channel()
+        channel.queue_delete(name)
+        channel.exchange_delete(name)
+        channel.close()
+
+
+def drain(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out draining events")
+        try:
+            connection.drain_events(timeout=0.2)
+        except TimeoutError:
+            pass
+
+
+def publish(connection: kombu.Connection, queue: kombu.Queue, bodies: list[Any],
+            priorities: list[int | None] | None = None) -> None:
+    producer = kombu.Producer(connection.default_channel)
+    for body, priority in zip(bodies, priorities or [None] * len(bodies), strict=True):
+        producer.publish(body, exchange="", routing_key=queue.name, declare=[queue], priority=priority,
+                         delivery_mode=2)
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("url", "options", "expected"), [
+    ("amqp://guest:guest@127.0.0.1:99999//", {}, "Port out of range"),
+    ("redis://127.0.0.1:5672//", {}, "not an AMQP URL"),
+    ("amqp://127.0.0.1//", {"confirm_publish": "yes"}, "'confirm_publish' must be True or False"),
+    ("amqp://127.0.0.1//", {"read_timout": 5}, "Did you mean 'read_timeout'?"),
+    ("amqp://127.0.0.1//", {"ssl": "on"}, "'ssl' must be True or a mapping"),
+])
+def test_bad_urls_and_options_are_refused_with_an_example(
+        url: str, options: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigurationError, match=expected) as caught:
+        AmqpTransport(url, Settings(broker_transport_options=options))
+    assert "for example" in str(caught.value) or "Did you mean" in str(caught.value)
+
+
+def test_connection_options_carry_heartbeat_tls_and_py_amqp_arguments() -> None:
+    from worker_transport_amqp import kombu_transport as pyamqp
+
+    transport = AmqpTransport("amqps://user:pw@rabbit.example.com:5671/vhost", Settings(
+        broker_transport_options={"ssl": {"ca_certs": "/ca.pem"}, "confirm_publish": True}))
+    assert transport.kombu_transport() is pyamqp.SSLTransport
+    assert transport.connection_options() == {"heartbeat": 120.0, "ssl": {"ca_certs": "/ca.pem"},
+                                              "transport_options": {"confirm_publish": True}}
+    plain = AmqpTransport(URL, Settings(broker_heartbeat=0))
+    assert plain.kombu_transport() is pyamqp.Transport
+    assert plain.connection_options() == {"heartbeat": 0.0, "transport_options": {}}
+    assert AmqpTransport.default_result_backend(URL) is None
+
+
+def test_the_package_exports_the_transport() -> None:
+    import worker_transport_amqp
+
+    assert worker_transport_amqp.__all__ == ["AmqpTransport"]
+
+
+# -- round trips -----------------------------------------------------------------------------------
+
+
+def test_messages_round_trip_through_drain_events(queue_name: str) -> None:
+    queue, got = task_queue(queue_name, Settings()), []
+    with connect() as connection:
+        publish(connection, queue, [{"n": n} for n in range(20)])
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda m: (got.append(m.payload["n"]), m.ack()))
+        consumer.qos(prefetch_count=5, apply_global=True)
+        consumer.consume()
+        drain(connection, lambda: len(got) == 20)
+    assert got == list(range(20))
+
+
+def test_messages_round_trip_on_a_kombu_hub(queue_name: str) -> None:
+    queue, got = task_queue(queue_name, Settings()), []
+    with connect() as connection:
+        publish(connection, queue, [{"n": n} for n in range(20)])
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda m: (got.append(m.payload["n"]), m.ack()))
+        consumer.qos(prefetch_count=5, apply_global=True)
+        consumer.consume()
+        hub = Hub()
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        hub.call_repeatedly(0.02, lambda: None)
+        turns = hub.create_loop()
+        deadline = time.monotonic() + 10
+        while len(got) < 20 and time.monotonic() < deadline:
+            next(turns)
+        hub.close()
+    assert got == list(range(20))
+
+
+def test_heartbeats_are_negotiated_and_checked(queue_name: str) -> None:
+    with connect(Settings(broker_heartbeat=10)) as connection:
+        connection.connect()
+        assert connection.connection.heartbeat == 10  # the smaller of ours and RabbitMQ's 60
+        assert connection.supports_heartbeats
+        connection.heartbeat_check(rate=2)
+    with connect(Settings(broker_heartbeat=0)) as connection:
+        connection.connect()
+        assert connection.connection.heartbeat == 0
+
+
+def test_a_missed_heartbeat_drops_the_connection_so_closing_it_does_not_hang(queue_name: str) -> None:
+    from faults import TcpProxy
+
+    proxy = TcpProxy(5672)
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    try:
+        connection = connect(Settings(broker_heartbeat=1), url=url)
+        channel = connection.channel()
+        proxy.blackhole()  # the TCP connection stays open; nothing gets through
+        started = time.monotonic()
+        with pytest.raises(connection.connection_errors):
+            while time.monotonic() - started < 10:
+                connection.heartbeat_check(rate=4)
+                time.sleep(0.25)
+        assert time.monotonic() - started < 5
+        closing = time.monotonic()
+        channel.close()
+        connection.release()
+        assert time.monotonic() - closing < 1
+    finally:
+        proxy.close()
+
+
+def test_higher_priority_is_served_first_with_x_max_priority(queue_name: str) -> None:
+    queue, got = task_queue(queue_name, Settings(task_queue_max_priority=10)), []
+    with connect() as connection:
+        publish(connection, queue, [{"p": p} for p in (0, 9, 3, 6)], priorities=[0, 9, 3, 6])
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda m: (got.append(m.payload["p"]), m.ack()))
+        consumer.qos(prefetch_count=1, apply_global=True)
+        consumer.consume()
+        drain(connection, lambda: len(got) == 4)
+    assert got == [9, 6, 3, 0]
+
+
+def test_queue_depth_counts_ready_messages_and_zero_for_a_missing_queue(queue_name: str) -> None:
+    transport = AmqpTransport(URL, Settings())
+    queue = task_queue(queue_name, Settings())
+    with kombu.Connection(URL, transport=transport.kombu_transport(), **transport.connection_options()) as c:
+        assert transport.queue_depth(c, queue_name) == 0
+        publish(c, queue, [1, 2, 3])
+        deadline = time.monotonic() + 5
+        while transport.queue_depth(c, queue_name) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert transport.queue_depth(c, queue_name) == 3
+        # the default channel is still usable after a passive declare of a missing queue
+        assert transport.queue_depth(c, queue_name + "-missing") == 0
+        publish(c, queue, [4])
+
+
+# -- sharing queues with Celery ----------------------------------------------------------------------
+
+
+def celery_app(**conf: Any) -> Any:
+    from celery import Celery
+
+    app = Celery("amqp-wire", broker=URL, backend=None)
+    app.conf.update(broker_connection_retry_on_startup=True, **conf)
+    return app
+
+
+@pytest.mark.parametrize("max_priority", [None, 10])
+def test_a_queue_celery_declared_is_consumed_by_us_without_precondition_failed(
+        queue_name: str, max_priority: int | None) -> None:
+    app = celery_app(task_queue_max_priority=max_priority)
+    result = app.send_task("apps.basic.add", args=(1, 2), queue=queue_name)  # declares the queue
+    app.close()
+    queue, got = task_queue(queue_name, Settings(task_queue_max_priority=max_priority)), []
+    with connect() as connection:
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda message: (got.append(message), message.ack()))
+        consumer.qos(prefetch_count=4, apply_global=True)
+        consumer.consume()  # declares it again: must be equivalent
+        drain(connection, lambda: len(got) == 1)
+    assert got[0].headers["task"] == "apps.basic.add"
+    assert got[0].headers["id"] == result.id
+
+
+@pytest.mark.parametrize("max_priority", [None, 10])
+def test_celery_publishes_to_and_consumes_from_a_queue_we_declared(
+        queue_name: str, max_priority: int | None) -> None:
+    queue = task_queue(queue_name, Settings(task_queue_max_priority=max_priority))
+    with connect() as connection:
+        queue(connection.default_channel).declare()
+    app = celery_app(task_queue_max_priority=max_priority)
+    app.send_task("apps.basic.add", args=(3, 4), queue=queue_name)  # declares: must be equivalent
+    with app.connection_for_read() as connection:
+        celery_queue = app.amqp.queues[queue_name]
+        message = celery_queue(connection.default_channel).get(no_ack=True)
+    app.close()
+    assert message is not None and message.headers["task"] == "apps.basic.add"
+
+
+def test_the_transport_module_loads_kombus_py_amqp_transport_only_when_connecting() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, worker_transport_amqp; from worker_core.app.settings import Settings; "
+            "worker_transport_amqp.AmqpTransport('amqp://localhost//', Settings()); "
+            "print('kombu.transport.pyamqp' in sys.modules)")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert output.strip() == "False"
