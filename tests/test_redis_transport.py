@@ -141,9 +141,17 @@ def test_known_kombu_options_pass_through_to_the_connection() -> None:
                "max_connections": 20, "socket_timeout": 5.0, "health_check_interval": 10,
                "queue_order_strategy": "sorted", "polling_interval": 0.5, "max_retries": 3}
     transport = RedisTransport("redis://127.0.0.1:6379/0", Settings(broker_transport_options=options))
-    assert transport.connection_options() == {"transport_options": options}
+    assert transport.connection_options() == {"transport_options": {**options, "unacked_restore_throttle": 1}}
     assert transport.supports_async is True
     assert RedisTransport.default_result_backend("redis://127.0.0.1:6379/0") is None
+
+
+def test_dead_workers_messages_are_looked_for_at_every_check_unless_configured() -> None:
+    default = RedisTransport("redis://127.0.0.1:6379/0", Settings()).connection_options()
+    assert default["transport_options"]["unacked_restore_throttle"] == 1
+    chosen = RedisTransport("redis://127.0.0.1:6379/0",
+                            Settings(broker_transport_options={"unacked_restore_throttle": 5}))
+    assert chosen.connection_options()["transport_options"]["unacked_restore_throttle"] == 5
 
 
 def test_rediss_without_ssl_options_encrypts_without_verifying_as_kombu_does() -> None:

@@ -57,7 +57,12 @@ class RedisTransport:
         return SentinelTransport if self.scheme == "sentinel" else Transport
 
     def connection_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"transport_options": dict(self.options)}
+        transport_options = dict(self.options)
+        # kombu scans for the unacked messages of dead workers on every tenth check only (one
+        # check every 10 s on the hub), so they could wait 100 s past their visibility timeout;
+        # a scan is one ZRANGE, so scan at every check.
+        transport_options.setdefault("unacked_restore_throttle", 1)
+        options: dict[str, Any] = {"transport_options": transport_options}
         if self.ssl is not None:
             options["ssl"] = dict(self.ssl)
         elif self.scheme == "rediss" and "ssl_" not in self.url:
