@@ -244,3 +244,32 @@ def test_the_transport_module_loads_kombus_py_amqp_transport_only_when_connectin
             "print('kombu.transport.pyamqp' in sys.modules)")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "False"
+
+
+def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_name: str) -> None:
+    settings = Settings()
+    queue = task_queue(queue_name, settings)
+    with connect(settings) as connection:
+        publish(connection, queue, [1, 2, 3, 4])
+        got: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
+        consumer.qos(prefetch_count=4)
+        consumer.consume()
+        drain(connection, lambda: len(got) == 4)
+        channel = connection.default_channel
+        for message in got[1:]:
+            message.ack()  # 2, 3, 4 acknowledged; 1 (a long acks_late task, say) is not
+        assert channel._acked == {m.delivery_tag for m in got[1:]}
+        channel.flush_acks()
+        assert not channel._acked and list(channel._delivered) == [got[0].delivery_tag]
+    # the connection closed with message 1 unacknowledged: the broker gives back exactly that one
+    with connect(settings) as connection:
+        again: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
+        consumer.consume()
+        drain(connection, lambda: len(again) == 1)
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.3)  # nothing else comes back
+        assert [m.decode() for m in again] == [1]
+        again[0].ack()
+        connection.default_channel.flush_acks()

@@ -14,6 +14,7 @@ from ..exceptions import ConfigurationError, NotRegistered
 from ..options import did_you_mean, parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
+from ..protocol.fastjson import dumps as json_dumps
 from .broker import connect_for_publishing, task_queue
 from .context import current_context
 from .result import AsyncResult
@@ -265,8 +266,14 @@ class App:
             state.declared = set()
         declare = [] if queue in state.declared else [task_queue(queue, self.settings)]
         kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        if serializer == "json":
+            # kombu's JSON, on the C encoder when the values allow it
+            kwargs.update(content_type="application/json", content_encoding="utf-8")
+            body = json_dumps(body)
+        else:
+            kwargs["serializer"] = serializer
         state.producer.publish(
-            body, exchange="", routing_key=queue, serializer=serializer, delivery_mode=2,
+            body, exchange="", routing_key=queue, delivery_mode=2,
             declare=declare, retry=self.settings.task_publish_retry,
             retry_policy=PUBLISH_RETRY_POLICY, **kwargs,
         )

@@ -13,9 +13,9 @@ from typing import Any
 
 import attrs
 from kombu.serialization import loads as kombu_loads
-from kombu.utils.json import loads as json_loads
 
 from ..exceptions import ContentDisallowed, ProtocolError
+from .fastjson import loads as json_loads
 from .message import safe_repr
 from .times import parse_iso
 
@@ -130,7 +130,7 @@ def _decode_body(body: Any, content_type: str | None, content_encoding: str | No
         )
     try:
         if content_type == JSON:
-            if isinstance(body, (bytes, bytearray, memoryview)):
+            if not isinstance(body, str):
                 body = bytes(body).decode(content_encoding or "utf-8")
             return json_loads(body)
         return kombu_loads(body, content_type, content_encoding or "utf-8", accept=accept)

@@ -1,5 +1,5 @@
 """The kombu transport classes handed to ``kombu.Connection(transport=...)``: kombu's py-amqp
-transports, except that a missed heartbeat also drops the socket.
+transports, except that a missed heartbeat also drops the socket and acks are batched.
 
 py-amqp raises ``ConnectionForced`` for a missed heartbeat but keeps the socket, so whatever
 closes the connection afterwards (a channel's close, the connection's) waits forever for the
@@ -14,6 +14,8 @@ from typing import Any
 from amqp.exceptions import ConnectionForced
 from kombu.transport import pyamqp as _pyamqp
 
+from .channel import Connection
+
 __all__ = ["SSLTransport", "Transport"]
 
 # kombu is not annotated: its module is typed as Any here, once.
@@ -21,7 +23,18 @@ pyamqp: Any = _pyamqp
 
 
 class Transport(pyamqp.Transport):  # type: ignore[misc]
-    """kombu's py-amqp transport; a missed heartbeat drops the connection's socket."""
+    """kombu's py-amqp transport; a missed heartbeat drops the connection's socket, and
+    acknowledgements go out in batches (see :mod:`.channel`) at every loop turn."""
+
+    Connection = Connection
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        super().register_with_event_loop(connection, loop)
+        loop.on_tick.add(connection.flush_acks)
+
+    def drain_events(self, connection: Any, **kwargs: Any) -> Any:
+        connection.flush_acks()
+        return connection.drain_events(**kwargs)
 
     def heartbeat_check(self, connection: Any, rate: int = 2) -> Any:
         try:

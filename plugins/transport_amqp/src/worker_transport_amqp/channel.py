@@ -1,0 +1,104 @@
+"""kombu's py-amqp channel with acknowledgements written in batches.
+
+Acknowledging every message with its own ``basic.ack`` frame costs a socket write each. This
+channel keeps the delivery tags in delivery order, remembers which were acknowledged, and at the
+next event-loop turn (or drain, or before a reject, a QoS change or a close) sends one
+``basic.ack(multiple=True)`` for the acknowledged prefix and single acks for the rest. A tag is
+never covered by a multiple ack unless it was acknowledged itself, so unacknowledged messages
+(``acks_late`` tasks still running, prefetched ones not started) stay unacknowledged.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from kombu.transport import pyamqp as _pyamqp
+
+__all__ = ["Channel", "Connection"]
+
+pyamqp: Any = _pyamqp
+
+
+class Channel(pyamqp.Channel):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._delivered: deque[int] = deque()
+        self._acked: set[int] = set()
+
+    def _on_basic_deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                          routing_key: str, msg: Any) -> None:
+        if consumer_tag not in self.no_ack_consumers:
+            self._delivered.append(delivery_tag)
+        super()._on_basic_deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key, msg)
+
+    def basic_ack(self, delivery_tag: int, multiple: bool = False, argsig: str = "Lb") -> Any:
+        if multiple or delivery_tag not in self._delivered:
+            self.flush_acks()
+            return super().basic_ack(delivery_tag, multiple)
+        self._acked.add(delivery_tag)
+        return None
+
+    def flush_acks(self) -> None:
+        """Send the acknowledgements gathered since the last flush."""
+        acked = self._acked
+        if not acked:
+            return
+        delivered = self._delivered
+        top = None
+        while delivered and delivered[0] in acked:
+            top = delivered.popleft()
+            acked.discard(top)
+        if top is not None:
+            super().basic_ack(top, True)
+        for tag in sorted(acked):
+            delivered.remove(tag)
+            super().basic_ack(tag, False)
+        acked.clear()
+
+    def _forget(self, delivery_tag: int) -> None:
+        self.flush_acks()
+        try:
+            self._delivered.remove(delivery_tag)
+        except ValueError:
+            pass
+
+    def basic_reject(self, delivery_tag: int, requeue: bool = True, argsig: str = "Lb") -> Any:
+        self._forget(delivery_tag)
+        return super().basic_reject(delivery_tag, requeue)
+
+    def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, argsig: str = "Lbb") -> Any:
+        if multiple:
+            self.flush_acks()
+            while self._delivered and self._delivered[0] <= delivery_tag:
+                self._delivered.popleft()
+        else:
+            self._forget(delivery_tag)
+        return super().basic_nack(delivery_tag, multiple, requeue)
+
+    def basic_recover(self, requeue: bool = False) -> Any:
+        self.flush_acks()
+        self._delivered.clear()
+        return super().basic_recover(requeue)
+
+    def basic_qos(self, *args: Any, **kwargs: Any) -> Any:
+        self.flush_acks()
+        return super().basic_qos(*args, **kwargs)
+
+    def close(self, *args: Any, **kwargs: Any) -> Any:
+        if self.is_open and self.connection is not None and self.connection.connected:
+            try:
+                self.flush_acks()
+            except Exception:
+                pass  # the connection is going; the broker gives the messages back
+        return super().close(*args, **kwargs)
+
+
+class Connection(pyamqp.Connection):  # type: ignore[misc]
+    Channel = Channel
+
+    def flush_acks(self) -> None:
+        # After collect() (a dropped connection) there are no channels left to flush.
+        for channel in list((self.channels or {}).values()):
+            if isinstance(channel, Channel) and channel.is_open:
+                channel.flush_acks()
