@@ -202,7 +202,7 @@ def test_banner_lists_transport_pool_queues_and_tasks(start_worker, pool):
     worker = start_worker("-Q", "celery,other", "-c", "2")
     log = worker.log()
     assert "transport  embedded://" in log
-    assert f"pool       concurrency {1 if pool == 'solo' else 2}" in log and f"[{pool} (worker-" in log
+    assert f"pool       concurrency {1 if pool == 'solo' else 2}" in log and f"[{pool} (worker_" in log
     assert "queues     celery, other" in log
     assert ". apps.basic.add" in log
 

@@ -9,6 +9,8 @@ from .options import OptionSpec, WorkerOptions
 if TYPE_CHECKING:
     from .app import App, AsyncResult, Settings, Task
 
+__version__ = "0.1.0"
+
 __all__ = [
     "App",
     "AsyncResult",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from .app.context import TaskContext, push, pop
 from .exceptions import Ignore, Reject, ResultError, Retry
 from .protocol import safe_repr
 from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
@@ -59,8 +60,6 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
     """
     app = _app
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
-    from .app.context import TaskContext, pushed
-
     task = app.tasks[name]
     log_result = fields.pop("log_result", False)
     store = not (fields.get("ignore_result") or task.ignore_result)
@@ -68,25 +67,27 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
     started = perf_counter()
     if store and task.track_started:
         _store(app, task_id, {"pid": os.getpid(), "hostname": fields.get("hostname")}, STARTED, None, fields)
-    with pushed(context):
-        try:
-            retval = task.run(*args, **kwargs)
-        except Retry as exc:
-            runtime = perf_counter() - started
-            if store:
-                reason = exc.exc if exc.exc is not None else exc
-                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), fields)
-            return ("retry", runtime, str(exc))
-        except Ignore:
-            return ("ignored", perf_counter() - started)
-        except Reject as exc:
-            return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
-        except Exception as exc:
-            runtime = perf_counter() - started
-            text = traceback.format_exc()
-            if store:
-                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, fields)
-            return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
+    push(context)
+    try:
+        retval = task.run(*args, **kwargs)
+    except Retry as exc:
+        runtime = perf_counter() - started
+        if store:
+            reason = exc.exc if exc.exc is not None else exc
+            _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), fields)
+        return ("retry", runtime, str(exc))
+    except Ignore:
+        return ("ignored", perf_counter() - started)
+    except Reject as exc:
+        return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+    except Exception as exc:
+        runtime = perf_counter() - started
+        text = traceback.format_exc()
+        if store:
+            _safe_store(app, task_id, encode_exception(exc), FAILURE, text, fields)
+        return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
+    finally:
+        pop()
     runtime = perf_counter() - started
     if store:
         try:

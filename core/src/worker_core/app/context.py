@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["TaskContext", "current_context", "pushed"]
+__all__ = ["TaskContext", "current_context", "pushed", "push", "pop"]
 
 
 @attrs.define(slots=True)
@@ -48,6 +48,18 @@ _local = threading.local()
 def current_context() -> TaskContext:
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else _EMPTY
+
+
+def push(context: TaskContext) -> None:
+    """Make ``context`` the current request of this thread (the executor's fast path)."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    stack.append(context)
+
+
+def pop() -> None:
+    _local.stack.pop()
 
 
 @contextmanager

@@ -1,8 +1,18 @@
 """Bootsteps: declaring steps, resolving them into a graph, running and rendering it."""
 
+from typing import Any
+
 from .blueprint import Blueprint
 from .graph import Edge, Provider, StepGraph, resolve
-from .render import FORMATS, render
 from .step import Condition, Step
+
+FORMATS = ("dot", "mermaid", "text", "json")
+
+
+def render(*args: Any, **kwargs: Any) -> str:
+    """Render resolved blueprints (see :func:`worker_core.bootsteps.render.render`)."""
+    from .render import render as _render
+
+    return _render(*args, **kwargs)
 
 __all__ = ["Blueprint", "Condition", "Edge", "FORMATS", "Provider", "Step", "StepGraph", "render", "resolve"]

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 __all__ = ["FORMATS", "render"]
 
-FORMATS = ("dot", "mermaid", "text", "json")
+FORMATS = ("dot", "mermaid", "text", "json")  # also declared in the package, to stay lazy
 
 LAST_MARK = "\u29c9"  # ⧉, as `celery graph bootsteps` marks the last step
 CONDITIONAL_MARK = "\u2218"  # ∘, a step that exists only under a condition

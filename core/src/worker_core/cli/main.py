@@ -1,30 +1,43 @@
-"""The ``workerctl`` command group."""
+"""The ``workerctl`` command group; each command's module is imported only when it runs."""
 
 from __future__ import annotations
 
-import click
+import importlib
+from typing import Any
 
-from .call_cmd import call
-from .control_cmd import control, inspect
-from .plugins_cmd import plugins
-from .steps_cmd import steps
-from .worker_cmd import worker
+import click
 
 __all__ = ["main"]
 
+COMMANDS = {
+    "worker": ("worker_cmd", "worker"),
+    "call": ("call_cmd", "call"),
+    "inspect": ("control_cmd", "inspect"),
+    "control": ("control_cmd", "control"),
+    "steps": ("steps_cmd", "steps"),
+    "plugins": ("plugins_cmd", "plugins"),
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+
+class _Commands(click.Group):
+    """Loads a command's module on first use, so ``workerctl worker`` starts without the others."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        found = COMMANDS.get(name)
+        if found is None:
+            return None
+        module = importlib.import_module(f"{__package__}.{found[0]}")
+        command: Any = getattr(module, found[1])
+        return command  # type: ignore[no-any-return]
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="worker-core", prog_name="workerctl")
 def main() -> None:
     """Run and inspect a task-queue worker built from plugins.
 
     It speaks Celery's message protocol v2: Celery clients can send it tasks and read results.
     """
-
-
-main.add_command(worker)
-main.add_command(call)
-main.add_command(inspect)
-main.add_command(control)
-main.add_command(steps)
-main.add_command(plugins)

@@ -86,6 +86,8 @@ class Consumer:
         self._waker: tuple[int, int] | None = None
         self._wake_sent = False
         self._handler = make_handler(self)
+        if not worker.observes_tasks:
+            self.notify = self._notify_nobody  # type: ignore[method-assign]
 
     def _heartbeat_options(self) -> dict[str, Any]:
         return {"heartbeat": self.app.settings.broker_heartbeat} if self.app.settings.broker_heartbeat else {}
@@ -428,6 +430,9 @@ class Consumer:
 
     def notify(self, hook: str, **kwargs: Any) -> None:
         self.worker.notify(hook, **kwargs)
+
+    def _notify_nobody(self, hook: str, **kwargs: Any) -> None:
+        """Stands in for :meth:`notify` when no plugin observes tasks."""
 
     def receive(self, request: Request) -> None:
         if self.log_info:

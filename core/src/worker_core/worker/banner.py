@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import platform
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
 from ..selection import redact
@@ -18,15 +17,21 @@ __all__ = ["banner"]
 
 
 def _version() -> str:
-    try:
-        return version("worker-core")
-    except PackageNotFoundError:
-        return "unknown"
+    from .. import __version__
+
+    return __version__
+
+
+def _where(plan: Plan, kind: str) -> str:
+    # The entry point's target, not its distribution: naming the distribution would mean
+    # reading every installed distribution's metadata at start-up.
+    entry = plan.selection.slots()[kind]
+    return f"{entry.name} ({entry.value})"
 
 
 def banner(app: App, plan: Plan, plugins: PluginManager, app_spec: str | None) -> str:
     options = plan.options
-    implementations = plan.implementations()
+    implementations = {kind: _where(plan, kind) for kind in plan.selection.slots()}
     size = (f"autoscale {options.autoscale.min}..{options.autoscale.max}" if options.autoscale
             else f"concurrency {options.concurrency}")
     prefetch = (options.max_concurrency or 1) * options.prefetch_multiplier

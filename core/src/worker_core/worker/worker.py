@@ -59,6 +59,7 @@ class Worker:
         self.blueprint: Blueprint[Worker] = Blueprint(plan.graph("worker"))
         # Observer hooks nobody implements cost nothing on the per-task path.
         self._observed = frozenset(name for name in OBSERVER_HOOKS if plugins.impls(name))
+        self.observes_tasks = any(name.startswith("task_") for name in self._observed)
 
     # -- running -----------------------------------------------------------------------------
 

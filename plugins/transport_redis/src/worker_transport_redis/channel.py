@@ -26,9 +26,11 @@ from typing import Any
 
 from kombu.transport import redis as _redis
 from kombu.utils import encoding as _encoding
-from kombu.utils import json as _json
 from kombu.utils.scheduling import round_robin_cycle
 from redis.exceptions import NoScriptError
+
+from worker_core.protocol.fastjson import dumps as fast_dumps
+from worker_core.protocol.fastjson import loads as fast_loads
 
 from .acks import AckBuffer, owe
 from .options import DEFAULT_FETCH_LIMIT
@@ -41,8 +43,9 @@ logger = logging.getLogger(__name__)
 
 # kombu is not annotated: its modules are typed as Any here, once.
 redis: Any = _redis
-loads: Callable[[str], Any] = _json.loads
-dumps: Callable[[Any], str] = _json.dumps
+#: kombu's JSON, on the C decoder/encoder unless kombu's tagged types are present.
+loads: Callable[[str], Any] = fast_loads
+dumps: Callable[[Any], str] = fast_dumps
 bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
 
 
