@@ -1,8 +1,12 @@
-"""This project's worker side by side with the Celery worker, on one broker, with the same pool
-and concurrency: no-op throughput, send-to-start latency, start-up time, CPU per task, memory.
+"""This project's worker side by side with the Celery worker (and, on RabbitMQ, Dramatiq), on
+one broker, with the same pool and concurrency: no-op throughput, send-to-start latency, start-up
+time, CPU per task, memory.
 
     python bench/compare.py --broker redis://127.0.0.1:6379/15 --pool prefork --concurrency 2
-    python bench/compare.py --broker amqp://guest:guest@127.0.0.1:5672// --pool threads -c 2
+    python bench/compare.py --broker amqp://guest:guest@127.0.0.1:5672// --pool threads -c 2 --dramatiq
+
+Dramatiq runs ``--processes N --threads 1`` for prefork, ``--processes 1 --threads N`` for threads
+and ``--processes 1 --threads 1`` for solo, with its own client (its message format differs).
 
 How it measures (the same way for both workers; the Celery worker runs with gossip, mingle and
 heartbeats off, features this worker does not have):
@@ -109,6 +113,23 @@ def pss_mib(pid: int) -> float:
     return total / 1024
 
 
+class DramatiqProducer:
+    """Dramatiq's own client (its messages are not Celery's)."""
+
+    def __init__(self, broker: str) -> None:
+        sys.path.insert(0, str(APPS))
+        os.environ["BENCH_BROKER"] = broker
+        import dramatiq_app
+
+        self.module = dramatiq_app
+
+    def send(self, name: str, args: tuple[Any, ...] = ()) -> None:
+        getattr(self.module, name.split(".")[-1]).send(*args)
+
+    def purge(self) -> None:
+        self.module.broker.flush(self.module.QUEUE)
+
+
 class Producer:
     """Publishes protocol v2 messages (identical for both workers) with this project's client."""
 
@@ -132,6 +153,10 @@ class Producer:
 
 
 def command(kind: str, pool: str, concurrency: int) -> list[str]:
+    if kind == "dramatiq":
+        processes, threads = {"prefork": (concurrency, 1), "threads": (1, concurrency)}.get(pool, (1, 1))
+        return [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", str(processes),
+                "--threads", str(threads), "--queues", "bench_dramatiq"]
     if kind == "celery":
         return [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool, "-c", str(concurrency),
                 "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
@@ -161,7 +186,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def measure(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer, log: Path) -> dict[str, float]:
+def measure(kind: str, args: argparse.Namespace, sink: Sink, producer: Any, log: Path) -> dict[str, float]:
     result: dict[str, float] = {}
     producer.purge()
     sink.reset()
@@ -228,34 +253,38 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--only", choices=("worker", "celery"))
+    parser.add_argument("--only", choices=("worker", "celery", "dramatiq"))
+    parser.add_argument("--dramatiq", action="store_true", help="also run Dramatiq (RabbitMQ only)")
     args = parser.parse_args()
 
     sink = Sink()
-    producer = Producer(args.broker)
+    ours = Producer(args.broker)
     log = Path(os.environ.get("BENCH_LOG", "/tmp/bench-compare.log"))
-    kinds = [args.only] if args.only else ["worker", "celery"]
+    kinds = [args.only] if args.only else ["worker", "celery"] + (["dramatiq"] if args.dramatiq else [])
+    producers: dict[str, Any] = {kind: DramatiqProducer(args.broker) if kind == "dramatiq" else ours
+                                 for kind in kinds}
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for repeat in range(args.repeat):
         for kind in kinds if repeat % 2 == 0 else reversed(kinds):
-            runs[kind].append(measure(kind, args, sink, producer, log))
+            runs[kind].append(measure(kind, args, sink, producers[kind], log))
             print(f"  run {repeat + 1}/{args.repeat} {kind}: "
                   + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()), file=sys.stderr)
     median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]} for kind in kinds}
 
     print(f"\nbroker {args.broker}, pool {args.pool}, concurrency {args.concurrency}, "
           f"{args.tasks} no-op tasks, {args.samples} latency samples, median of {args.repeat} runs")
-    header = f"{'':38}" + "".join(f"{kind:>12}" for kind in kinds) + ("       ratio" if len(kinds) == 2 else "")
+    others = [kind for kind in kinds if kind != "worker"] if "worker" in kinds else []
+    header = f"{'':38}" + "".join(f"{kind:>12}" for kind in kinds)
+    header += "".join(f"{'vs ' + other:>13}" for other in others)
     print(header)
     for key, label, fmt, higher_better in ROWS:
         cells = "".join(f"{fmt.format(median[kind][key]):>12}" for kind in kinds)
-        ratio = ""
-        if len(kinds) == 2 and median["worker"][key]:
-            value = (median["worker"][key] / median["celery"][key] if higher_better
-                     else median["celery"][key] / median["worker"][key])
-            ratio = f"{value:>11.2f}x"
-        print(f"{label:38}{cells}{ratio}")
-    print("ratio: how many times better this worker is (higher throughput, lower everything else)")
+        for other in others:
+            mine, theirs = median["worker"][key], median[other][key]
+            value = (mine / theirs if higher_better else theirs / mine) if mine and theirs else float("nan")
+            cells += f"{value:>12.2f}x"
+        print(f"{label:38}{cells}")
+    print("vs X: how many times better this worker is than X (higher throughput, lower everything else)")
 
 
 if __name__ == "__main__":

@@ -18,3 +18,8 @@ def noop():
 @app.task(name="bench.latency", ignore_result=True)
 def latency(sent_at):
     sink.latency(sent_at)
+
+
+@app.task(name="bench.sleep", ignore_result=True)
+def sleep(seconds):
+    sink.sleep(seconds)

@@ -30,3 +30,8 @@ def noop() -> None:
 def latency(sent_at: float) -> None:
     # the task's start time; the driver knows when it sent the message
     send(b"l%.9f" % time.time())
+
+
+def sleep(seconds: float) -> None:
+    time.sleep(seconds)
+    send(b"n")
