@@ -90,3 +90,31 @@ def test_a_celery_clients_get_wakes_on_our_result_without_polling(workers, broke
         assert celery_client.send_task("apps.basic.add", (n, n), queue=queue).get(timeout=20) == 2 * n
     # 20 round trips; a polling client (interval 0.5 s) would need seconds
     assert time.monotonic() - started < 2
+
+
+def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(workers, broker, queue, celery_client):
+    from worker_core import App
+    from worker_core.control.client import broadcast
+
+    ours = workers.start("-Q", queue, "-n", f"ours-{queue}@localhost", broker=broker, backend=REDIS_TEST_URL)
+    theirs = workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    ours_name = f"ours-{queue}@localhost"
+    replies = celery_client.control.inspect(timeout=3, destination=[ours_name]).ping()
+    assert replies == {ours_name: {"ok": "pong"}}
+    registered = celery_client.control.inspect(timeout=3, destination=[ours_name]).registered()
+    assert registered is not None, ours.log()[-3000:]
+    assert "apps.basic.add" in registered[ours_name]
+    client = App(broker=broker)
+    try:
+        names = {name for reply in broadcast(client, "ping", timeout=3) for name in reply}
+    finally:
+        client.close()
+    assert ours_name in names
+    assert any(name.startswith("celery-") for name in names)
+    assert ours.process.poll() is None and theirs.process.poll() is None
+    # answering (which declares the reply exchange on the live connection) left the worker whole
+    assert "Connection to broker lost" not in ours.log()
+    workers.cleanup()  # stop the Celery worker so our worker takes the next task
+    ours = workers.start("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    celery_client.control.inspect(timeout=3).registered()
+    assert celery_client.send_task("apps.basic.add", (20, 1), queue=queue).get(timeout=20) == 21

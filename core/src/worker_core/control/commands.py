@@ -1,7 +1,8 @@
 """The commands a worker answers: ``inspect`` ones read state, ``control`` ones change it.
 
 Each handler takes the worker and keyword arguments and returns a JSON-able reply; control
-commands answer ``{"ok": ...}`` or ``{"error": ...}`` as Celery's do.
+commands answer ``{"ok": ...}`` or ``{"error": ...}`` as Celery's do. The read-only ones also
+take (and ignore) the extra arguments Celery's ``inspect`` sends, so ``celery inspect`` works.
 """
 
 from __future__ import annotations
@@ -58,11 +59,11 @@ def request_info(request: Request) -> dict[str, Any]:
     }
 
 
-def ping(worker: Worker) -> dict[str, str]:
+def ping(worker: Worker, **_celery: Any) -> dict[str, str]:
     return ok("pong")
 
 
-def stats(worker: Worker) -> dict[str, Any]:
+def stats(worker: Worker, **_celery: Any) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = worker.stats()
     info["rusage"] = {"utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss": usage.ru_maxrss}
@@ -73,19 +74,19 @@ def stats(worker: Worker) -> dict[str, Any]:
     return info
 
 
-def active(worker: Worker) -> list[dict[str, Any]]:
+def active(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
     return [request_info(r) for r in consumer.active] if consumer else []
 
 
-def reserved(worker: Worker) -> list[dict[str, Any]]:
+def reserved(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
     if consumer is None:
         return []
     return [request_info(r) for r in consumer.reserved if r not in consumer.active]
 
 
-def scheduled(worker: Worker) -> list[dict[str, Any]]:
+def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
     if consumer is None:
         return []
@@ -93,11 +94,12 @@ def scheduled(worker: Worker) -> list[dict[str, Any]]:
              "request": request_info(r)} for r in consumer.eta_held]
 
 
-def registered(worker: Worker) -> list[str]:
+def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False,
+               **_celery: Any) -> list[str]:
     return sorted(worker.app.tasks)
 
 
-def active_queues(worker: Worker) -> list[dict[str, Any]]:
+def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:
     return [{"name": name, "exchange": {"name": name, "type": "direct"}, "routing_key": name, "durable": True}
             for name in worker.options.queues]
 
@@ -147,7 +149,7 @@ def pool_shrink(worker: Worker, n: int = 1) -> dict[str, str]:
     return _resize(worker, n, grow=False)
 
 
-def shutdown(worker: Worker) -> dict[str, str]:
+def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
     worker.request_stop()
     return ok("shutting down")
 

@@ -9,9 +9,11 @@ those closes return at once, and the worker reconnects.
 
 from __future__ import annotations
 
+import errno
+import socket
 from typing import Any
 
-from amqp.exceptions import ConnectionForced
+from amqp.exceptions import ConnectionForced, RecoverableConnectionError
 from kombu.transport import pyamqp as _pyamqp
 
 from .channel import Connection
@@ -28,9 +30,30 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
 
     Connection = Connection
 
+    #: frames read per readable event before letting the rest of the loop run
+    frames_per_turn = 256
+
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)
         loop.on_tick.add(connection.flush_acks)
+
+    def on_readable(self, connection: Any, loop: Any) -> None:
+        """Read every frame that has arrived, not one per loop turn as kombu does (a message
+        is three frames). Each read sets its own timeout: a callback may make a blocking call
+        on the same connection (a remote-control reply declares its exchange), which needs the
+        socket in blocking mode."""
+        if not connection.connected:
+            raise RecoverableConnectionError("Socket was disconnected")
+        for _ in range(self.frames_per_turn):
+            try:
+                connection.drain_events(timeout=0)
+            except socket.timeout:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EINTR):
+                    return
+                raise
+        loop.call_soon(self.on_readable, connection, loop)
 
     def drain_events(self, connection: Any, **kwargs: Any) -> Any:
         connection.flush_acks()
