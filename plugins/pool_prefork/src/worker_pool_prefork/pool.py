@@ -146,8 +146,8 @@ class PreforkPool:
                 engine.supervisor.reaped.wait(1.0)
 
     def register_with_event_loop(self, hub: Hub) -> None:
-        if self._hub_driver is not None and self._hub_driver.hub is hub:
-            return
+        if self._hub_driver is not None and self._hub_driver.hub is hub and not self._hub_driver.closed:
+            return  # already registered; after hub.reset() (a reconnect) everything is added again
         if self._state != "running":
             raise PoolError(
                 f"register_with_event_loop: the prefork pool is {self._state}; call start() first")

@@ -28,6 +28,11 @@ class HubDriver:
         self._closed = False
         hub.on_close.add(self._on_hub_close)
 
+    @property
+    def closed(self) -> bool:
+        """The hub was closed or reset since registration: nothing is registered any more."""
+        return self._closed
+
     def _on_hub_close(self, hub: Hub) -> None:
         self._closed = True
         self._fds.clear()
