@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 
 from worker_core.protocol.fastjson import dumps as fast_dumps
 from worker_core.protocol.fastjson import loads as fast_loads
+from worker_core.transports.message import Message
 
 from .acks import AckBuffer, owe
 from .options import DEFAULT_FETCH_LIMIT
@@ -68,6 +69,7 @@ class Channel(redis.Channel):  # type: ignore[misc]
     """A Redis channel that fetches and acknowledges in batches (see the module docstring)."""
 
     QoS = QoS
+    Message = Message
     from_transport_options = (*redis.Channel.from_transport_options, "fetch_limit")
     fetch_limit = DEFAULT_FETCH_LIMIT
     _closing: bool = False

@@ -17,6 +17,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils import json as _json
 from kombu.utils.uuid import uuid
 
+from ..message import Message
 from .database import SCHEME, resolve_path
 from .qos import QoS
 from .store import Binding, QueueStore
@@ -40,6 +41,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
     """A virtual channel whose queues, exchanges and bindings live in the SQLite file."""
 
     QoS = QoS
+    Message = Message
     supports_fanout = True
     from_transport_options = (*virtual.Channel.from_transport_options, "path", "visibility_timeout")
     path: str = ""
