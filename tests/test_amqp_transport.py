@@ -273,3 +273,34 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
         assert [m.decode() for m in again] == [1]
         again[0].ack()
         connection.default_channel.flush_acks()
+
+
+def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_come_back(
+        queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
+    settings = Settings()
+    queue = task_queue(queue_name, settings)
+    connection = connect(settings)
+    try:
+        publish(connection, queue, [1, 2])
+        got: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
+        consumer.consume()
+        drain(connection, lambda: len(got) == 2)
+        got[0].ack()  # gathered for the next flush, which never comes
+        with caplog.at_level("ERROR", logger="worker_transport_amqp.channel"):
+            connection.collect()  # what the worker does when the broker is gone
+            assert ("Could not acknowledge 1 message(s): the connection was lost before they were sent; "
+                    "RabbitMQ delivers them again") in caplog.text
+            with pytest.raises(Exception, match="closed"):
+                got[1].ack()  # the channel is gone: the caller hears of it, it is not swallowed
+    finally:
+        connection.release()
+    with connect(settings) as connection:
+        again: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
+        consumer.consume()
+        drain(connection, lambda: len(again) == 2)
+        assert sorted(m.decode() for m in again) == [1, 2]
+        for message in again:
+            message.ack()
+        connection.default_channel.flush_acks()

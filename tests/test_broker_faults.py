@@ -10,7 +10,6 @@ from pathlib import Path
 
 import kombu
 import pytest
-
 from apps import basic
 from conftest import REDIS_TEST_URL, require_server
 from faults import RedisServer, TcpProxy
@@ -42,10 +41,13 @@ def client():
     basic.app.close()
 
 
+# prefork: the reconnect resets the hub, so the pool's pipes must be registered with it again
+# (else results are never read, and once as many tasks as processes ran, nothing runs)
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
 def test_the_worker_reconnects_after_a_redis_restart_and_resumes_on_the_same_queues(
-        workers, redis_server, client, redis_url):
+        workers, redis_server, client, redis_url, pool):
     client.conf.update(broker_url=redis_server.url, result_backend=REDIS_TEST_URL)
-    worker = workers.start("-Q", "celery,second", pool="threads", broker=redis_server.url,
+    worker = workers.start("-Q", "celery,second", "-c", "2", pool=pool, broker=redis_server.url,
                            backend=REDIS_TEST_URL, env=ENV)
     assert basic.add.delay(1, 1).get(timeout=20) == 2
     redis_server.stop()
@@ -56,6 +58,9 @@ def test_the_worker_reconnects_after_a_redis_restart_and_resumes_on_the_same_que
     client.close()
     assert basic.add.delay(2, 2).get(timeout=20) == 4
     assert basic.add.apply_async((3, 3), queue="second").get(timeout=20) == 6
+    results = [basic.add.delay(n, n) for n in range(8)]  # more than the pool has processes
+    assert [result.get(timeout=20) for result in results] == [2 * n for n in range(8)]
+    assert worker.stop() == 0  # the warm shutdown is not left waiting for results never read
 
 
 def test_the_worker_reconnects_through_a_cut_amqp_connection(workers, amqp_url, redis_url, client):
@@ -73,6 +78,63 @@ def test_the_worker_reconnects_through_a_cut_amqp_connection(workers, amqp_url, 
         proxy.restore()
         worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=20)
         assert basic.add.apply_async((5, 5), queue=queue).get(timeout=20) == 10
+    finally:
+        proxy.close()
+        with kombu.Connection(amqp_url) as connection:
+            connection.default_channel.queue_delete(queue)
+
+
+def test_tasks_received_but_not_started_when_an_amqp_connection_is_cut_run_once(
+        workers, amqp_url, redis_url, client, tmp_path):
+    # Their delivery tags died with the channel: RabbitMQ delivers them again after the
+    # reconnect, so the copies the worker still holds must not run as well.
+    proxy = TcpProxy(5672)
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    ran = tmp_path / "ran"
+    try:
+        client.conf.update(broker_url=amqp_url, result_backend=REDIS_TEST_URL)
+        worker = workers.start("-Q", queue, "-c", "1", pool="threads", broker=url, backend=REDIS_TEST_URL,
+                               env=ENV)
+        blocker = basic.sleep.apply_async((2.0,), queue=queue)
+        records = [basic.record.apply_async((str(ran), n), queue=queue) for n in range(3)]
+        wait_for(lambda: worker.log().count(" received") >= 4, message="all four tasks received")
+        proxy.cut()
+        worker.wait_log("Dropped 3 task(s) received but not started before the connection was lost")
+        proxy.restore()
+        worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=20)
+        assert blocker.get(timeout=20) == 2.0
+        assert sorted(result.get(timeout=20) for result in records) == [0, 1, 2]
+        time.sleep(1.0)  # room for a second run, if there were one
+        assert sorted(basic.lines(ran)) == ["0", "1", "2"]
+    finally:
+        proxy.close()
+        with kombu.Connection(amqp_url) as connection:
+            connection.default_channel.queue_delete(queue)
+
+
+def test_a_running_acks_late_task_is_cancelled_on_amqp_connection_loss_when_asked_and_runs_once(
+        workers, amqp_url, redis_url, client, tmp_path):
+    proxy = TcpProxy(5672)
+    queue = f"faults-{uuid.uuid4().hex[:8]}"
+    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    ran = tmp_path / "ran"
+    env = dict(ENV, WORKER_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS="true")
+    try:
+        client.conf.update(broker_url=amqp_url, result_backend=REDIS_TEST_URL)
+        worker = workers.start("-Q", queue, "-c", "1", pool="prefork", broker=url, backend=REDIS_TEST_URL,
+                               env=env)
+        result = basic.record_slowly.apply_async((str(ran), "done", 3.0), queue=queue)
+        wait_for(lambda: result.state == "STARTED" or " received" in worker.log(), message="the task to start")
+        time.sleep(0.5)
+        proxy.cut()
+        worker.wait_log("cannot be acknowledged after a connection loss since late acknowledgement is "
+                        "enabled for it.\nTerminating it instead.")
+        proxy.restore()
+        worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=20)
+        assert result.get(timeout=30) == "done"  # delivered again and run to the end
+        time.sleep(1.0)
+        assert basic.lines(ran) == ["done"]  # the first run was stopped before it wrote
     finally:
         proxy.close()
         with kombu.Connection(amqp_url) as connection:

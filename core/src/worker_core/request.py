@@ -6,10 +6,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import TaskRevokedError, TimeLimitExceeded, WorkerLostError
+from .exceptions import PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute
 from .protocol import TaskEnvelope, to_iso
-from .results.meta import FAILURE, REVOKED, encode_exception
+from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
     from kombu.message import Message
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .app.task import Task
     from .consumer.consumer import Consumer
 
-__all__ = ["Request", "LOST_HEADER"]
+__all__ = ["LOST_HEADER", "Request"]
 
 logger = logging.getLogger("worker.request")
 
@@ -34,8 +34,18 @@ class Request:
     """
 
     __slots__ = (
-        "consumer", "message", "envelope", "task", "name", "id", "acks_late", "acknowledged",
-        "time_start", "worker_pid", "finished", "timer_entry",
+        "acknowledged",
+        "acks_late",
+        "consumer",
+        "envelope",
+        "finished",
+        "id",
+        "message",
+        "name",
+        "task",
+        "time_start",
+        "timer_entry",
+        "worker_pid",
     )
 
     def __init__(self, consumer: Consumer, message: Message, envelope: TaskEnvelope, task: Task) -> None:
@@ -228,6 +238,23 @@ class Request:
         self.consumer.notify("task_revoked", request=self, reason=reason)
         self.acknowledge()
         self.consumer.task_done(self, started=False)
+
+    def cancel_after_connection_loss(self, pool: Any) -> None:
+        """Stop this running ``acks_late`` task whose acknowledgement can no longer reach the
+        broker (``worker_cancel_long_running_tasks_on_connection_loss``): the broker delivers the
+        message again, so letting it finish would run it twice. Stores RETRY, as Celery does."""
+        logger.warning("Task %s cannot be acknowledged after a connection loss since late acknowledgement "
+                       "is enabled for it.\nTerminating it instead.", self.label)
+        if self.worker_pid is not None:
+            try:
+                pool.terminate_job(self.worker_pid)
+            except PoolError as exc:
+                logger.warning("Could not terminate %s (%s): it runs on, and the broker delivers it "
+                               "again", self.label, exc)
+        self.acknowledged = True  # its channel is gone: nothing to acknowledge or reject
+        self.store(encode_exception(Retry("cancelled by the worker after a connection loss")), RETRY, None)
+        self.consumer.notify("task_retried", request=self, reason="cancelled after a connection loss")
+        self.consumer.task_done(self)  # sets finished: the pool's report of the killed process is ignored
 
     # -- acknowledgement ---------------------------------------------------------------------------
 

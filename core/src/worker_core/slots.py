@@ -17,17 +17,17 @@ if TYPE_CHECKING:
     from kombu.asynchronous import Hub
 
 __all__ = [
-    "PoolOptions",
-    "Pool",
-    "PoolFactory",
-    "Transport",
-    "EventLoop",
-    "LoopContext",
+    "AcceptCallback",
     "Autoscaler",
     "AutoscalerFactory",
+    "EventLoop",
     "FailoverStrategy",
+    "LoopContext",
+    "Pool",
+    "PoolFactory",
+    "PoolOptions",
     "ResultBackend",
-    "AcceptCallback",
+    "Transport",
 ]
 
 #: ``accept_callback(pid, time_accepted)``: the job started running in process ``pid``.
@@ -175,6 +175,10 @@ class Transport(Protocol):
 
     #: Whether the transport can be driven by kombu's hub (the async event loop).
     supports_async: ClassVar[bool]
+    #: Optional (``False`` when absent): whether a message received on one connection can be
+    #: acknowledged on the next one to the same broker. When not, the worker drops the tasks it
+    #: received but had not started when a connection is lost, and the broker delivers them again.
+    acks_survive_reconnect: ClassVar[bool]
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:

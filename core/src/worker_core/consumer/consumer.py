@@ -17,10 +17,11 @@ from kombu.common import QoS
 from ..app.broker import task_queue
 from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
+from ..options import scheme_of
 from ..protocol import utcnow
 from ..selection import redact
 from .connect import Connector
-from .handler import describe_message, make_handler
+from .handler import describe_message, make_handler, reject_invalid
 
 if TYPE_CHECKING:
     from kombu.message import Message
@@ -65,6 +66,8 @@ class Consumer:
         )
         # requests: ready to dispatch, waiting for their ETA, running or queued in the pool
         self.ready: collections.deque[Request] = collections.deque()
+        #: the broker the requests kept across a lost connection came from
+        self._received_from: str | None = None
         self.eta_held: set[Request] = set()
         self.reserved: set[Request] = set()
         self.active: set[Request] = set()
@@ -131,7 +134,24 @@ class Consumer:
         return isinstance(exc, (OSError, *self._connection_errors))
 
     def _after_connection_lost(self) -> None:
-        """Celery's prefetch reduction: do not over-fetch while tasks are still running."""
+        """Forget what the lost connection's acknowledgements cannot reach, then Celery's prefetch
+        reduction: do not over-fetch while tasks are still running."""
+        self._received_from = self.connector.current
+        if not self._acks_survive_reconnect():
+            dropped = self._forget_unstarted()
+            if dropped:
+                logger.warning("Dropped %d task(s) received but not started before the connection was "
+                               "lost: the broker delivers them again", dropped)
+            if self.app.settings.worker_cancel_long_running_tasks_on_connection_loss:
+                for request in [r for r in self.active if r.acks_late and not r.acknowledged]:
+                    try:
+                        request.cancel_after_connection_loss(self.worker.pool)
+                    except Exception:
+                        logger.exception("Failed to cancel %s after the connection loss", request.label)
+        elif self.app.settings.worker_cancel_long_running_tasks_on_connection_loss and self.active:
+            logger.info("Running tasks go on: %s acknowledges them on the next connection "
+                        "(worker_cancel_long_running_tasks_on_connection_loss has nothing to cancel)",
+                        scheme_of(self.connector.current or ""))
         running = len(self.active)
         if running and self.app.settings.worker_enable_prefetch_count_reduction:
             reduced = max(self.multiplier, self.max_prefetch - running * self.multiplier)
@@ -146,9 +166,26 @@ class Consumer:
 
     # -- Connection step -------------------------------------------------------------------------
 
+    def _acks_survive_reconnect(self) -> bool:
+        # AMQP delivery tags belong to the channel they came on: after a reconnect the broker
+        # delivers those messages again, and running the old copies would run them twice.
+        url = self.connector.current
+        if url is None:
+            return False
+        transport = self.app.plugins.slot("transport", scheme_of(url))
+        return bool(getattr(transport, "acks_survive_reconnect", False))
+
     def connect(self) -> None:
         self.connection_lost = False
         self.connection = self.connector.connect(on_wait=self.perform_pending_operations)
+        if self._received_from not in (None, self.connector.current):
+            # Requests kept across the lost connection belong to the broker left behind: it
+            # gives their messages back; this one cannot acknowledge them.
+            dropped = self._forget_unstarted()
+            if dropped:
+                logger.warning("Dropped %d task(s) received from %s before switching brokers: that "
+                               "broker delivers them again", dropped, redact(self._received_from))
+        self._received_from = None
         self._connection_errors = (
             *self.connection.recoverable_connection_errors, *self.connection.recoverable_channel_errors
         )
@@ -175,7 +212,12 @@ class Consumer:
         assert self.connection is not None
         channel = self.connection.default_channel
         queues = [task_queue(name, self.app.settings) for name in self.options.queues]
-        self.task_consumer = kombu.Consumer(channel, queues=queues, on_message=self._handler, no_ack=False)
+        self.task_consumer = kombu.Consumer(
+            channel, queues=queues, on_message=self._handler, no_ack=False,
+            # kombu could not even build the message (a bad 'compression' header): reject it
+            on_decode_error=lambda message, exc: reject_invalid(
+                self, message, f"kombu cannot decode it: {type(exc).__name__}: {exc}"),
+        )
         prefetch = self._initial_prefetch or self.max_prefetch
         self._initial_prefetch = None
         self.qos = QoS(self._set_prefetch, prefetch)
@@ -285,17 +327,24 @@ class Consumer:
     def _begin_drain(self) -> None:
         self._draining = True
         self.stop_consuming()
+        held = self._forget_unstarted()
+        why = "Warm shutdown" if self.worker.stopping else "Switching brokers"
+        logger.info("%s: waiting for %d running task(s); %d not started will go back to the broker",
+                    why, self.inflight, held)
+
+    def _forget_unstarted(self) -> int:
+        """Drop the requests not handed to the pool yet (ready, or waiting for their ETA): their
+        messages stay unacknowledged and the broker delivers them again. Returns how many."""
         held = len(self.ready) + len(self.eta_held)
-        for request in list(self.eta_held):
+        for request in self.eta_held:
             if request.timer_entry is not None:
                 request.timer_entry.cancel()
+                request.timer_entry = None
         for request in [*self.ready, *self.eta_held]:
             self.reserved.discard(request)
         self.ready.clear()
         self.eta_held.clear()
-        why = "Warm shutdown" if self.worker.stopping else "Switching brokers"
-        logger.info("%s: waiting for %d running task(s); %d not started will go back to the broker",
-                    why, self.inflight, held)
+        return held
 
     def heartbeat_rate(self) -> float:
         return float(self.app.settings.broker_heartbeat_checkrate)

@@ -10,6 +10,7 @@ never covered by a multiple ack unless it was acknowledged itself, so unacknowle
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any
 
@@ -18,6 +19,11 @@ from kombu.transport import pyamqp as _pyamqp
 __all__ = ["Channel", "Connection"]
 
 pyamqp: Any = _pyamqp
+
+logger = logging.getLogger(__name__)
+
+LOST = ("Could not acknowledge %d message(s): %s; RabbitMQ delivers them again (tasks that "
+        "already ran may run twice)")
 
 
 class Channel(pyamqp.Channel):  # type: ignore[misc]
@@ -33,7 +39,8 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         super()._on_basic_deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key, msg)
 
     def basic_ack(self, delivery_tag: int, multiple: bool = False, argsig: str = "Lb") -> Any:
-        if multiple or delivery_tag not in self._delivered:
+        if multiple or delivery_tag not in self._delivered or self.connection is None:
+            # (on a channel that is gone, py-amqp raises and the caller reports it)
             self.flush_acks()
             return super().basic_ack(delivery_tag, multiple)
         self._acked.add(delivery_tag)
@@ -45,16 +52,29 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         if not acked:
             return
         delivered = self._delivered
+        count = len(acked)
         top = None
         while delivered and delivered[0] in acked:
             top = delivered.popleft()
             acked.discard(top)
-        if top is not None:
-            super().basic_ack(top, True)
-        for tag in sorted(acked):
-            delivered.remove(tag)
-            super().basic_ack(tag, False)
-        acked.clear()
+        try:
+            if top is not None:
+                super().basic_ack(top, True)
+            for tag in sorted(acked):
+                delivered.remove(tag)
+                super().basic_ack(tag, False)
+        except Exception as exc:
+            logger.error(LOST, count, f"sending the acknowledgements failed ({exc!r})")
+            raise
+        finally:
+            acked.clear()
+
+    def abandon_acks(self) -> int:
+        """Forget the acknowledgements not sent yet (the connection is gone). Returns how many."""
+        count = len(self._acked)
+        self._acked.clear()
+        self._delivered.clear()
+        return count
 
     def _forget(self, delivery_tag: int) -> None:
         self.flush_acks()
@@ -90,7 +110,7 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             try:
                 self.flush_acks()
             except Exception:
-                pass  # the connection is going; the broker gives the messages back
+                pass  # reported by flush_acks; the connection is going
         return super().close(*args, **kwargs)
 
 
@@ -102,3 +122,11 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
         for channel in list((self.channels or {}).values()):
             if isinstance(channel, Channel) and channel.is_open:
                 channel.flush_acks()
+
+    def collect(self) -> None:
+        """Drop a lost connection, saying how many acknowledgements it could not send."""
+        lost = sum(channel.abandon_acks() for channel in list((self.channels or {}).values())
+                   if isinstance(channel, Channel))
+        if lost:
+            logger.error(LOST, lost, "the connection was lost before they were sent")
+        super().collect()

@@ -10,7 +10,6 @@ those closes return at once, and the worker reconnects.
 from __future__ import annotations
 
 import errno
-import socket
 from typing import Any
 
 from amqp.exceptions import ConnectionForced, RecoverableConnectionError
@@ -47,7 +46,7 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
         for _ in range(self.frames_per_turn):
             try:
                 connection.drain_events(timeout=0)
-            except socket.timeout:
+            except TimeoutError:
                 return
             except OSError as exc:
                 if exc.errno in (errno.EAGAIN, errno.EINTR):

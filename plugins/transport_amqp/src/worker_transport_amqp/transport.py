@@ -29,6 +29,9 @@ class AmqpTransport:
     """
 
     supports_async: ClassVar[bool] = True
+    #: Delivery tags belong to the channel: after a reconnect RabbitMQ delivers again what was
+    #: not acknowledged, so tasks received but not started are dropped rather than run twice.
+    acks_survive_reconnect: ClassVar[bool] = False
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:

@@ -30,6 +30,9 @@ class RedisTransport:
     """
 
     supports_async: ClassVar[bool] = True
+    #: Acknowledgements name the message, not the connection: tasks received before a lost
+    #: connection still run and are acknowledged after the reconnect.
+    acks_survive_reconnect: ClassVar[bool] = True
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
