@@ -146,3 +146,9 @@ def always_die(counter):
     with open(counter, "a") as handle:
         handle.write("x")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task
+def echo(value):
+    """Return its argument: proof that an unusual but valid argument arrived intact."""
+    return value

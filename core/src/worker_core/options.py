@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -12,15 +13,16 @@ import attrs
 from .exceptions import ConfigurationError
 
 __all__ = [
+    "LOGLEVELS",
+    "SCHEDULING",
     "Autoscale",
     "OptionSpec",
     "WorkerOptions",
-    "LOGLEVELS",
-    "SCHEDULING",
+    "did_you_mean",
     "parse_autoscale",
     "parse_brokers",
+    "parse_hostname",
     "parse_queues",
-    "did_you_mean",
 ]
 
 LOGLEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -73,6 +75,8 @@ def _positive(name: str, *, allow_zero: bool = False) -> Callable[[Any, attrs.At
             raise ConfigurationError(
                 f"{name} must be a number (got {value!r} that is a {type(value).__name__})"
             )
+        if not math.isfinite(value):
+            raise ConfigurationError(f"{name} must be a finite number (got {value!r}); leave it out for none")
         if value < 0 or (value == 0 and not allow_zero):
             bound = "0 or more" if allow_zero else "greater than 0"
             raise ConfigurationError(f"{name} must be {bound} (got {value!r})")
@@ -103,6 +107,14 @@ def _default_hostname() -> str:
     return f"worker@{socket.gethostname()}"
 
 
+def _node_name(_inst: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str) or not value.strip() or value != value.strip():
+        raise ConfigurationError(
+            f"--hostname must be a node name without surrounding spaces, for example worker1@%h "
+            f"(got {value!r})"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class WorkerOptions:
     """Everything the worker was told: command line over settings over defaults.
@@ -121,7 +133,7 @@ class WorkerOptions:
     autoscale: Autoscale | None = None
     autoscaler: str = "default"
     loglevel: str = attrs.field(default="WARNING", validator=_one_of("--loglevel", LOGLEVELS))
-    hostname: str = attrs.field(factory=_default_hostname)
+    hostname: str = attrs.field(factory=_default_hostname, validator=_node_name)
     time_limit: float | None = attrs.field(default=None, validator=_positive("--time-limit"))
     soft_time_limit: float | None = attrs.field(default=None, validator=_positive("--soft-time-limit"))
     max_tasks_per_child: int | None = attrs.field(default=None, validator=_positive("--max-tasks-per-child"))
@@ -194,6 +206,31 @@ def parse_queues(values: str | Iterable[str]) -> tuple[str, ...]:
             if name not in names:
                 names.append(name)
     return tuple(names)
+
+
+def parse_hostname(text: str, host: str | None = None) -> str:
+    """Expand ``%h`` (this host's name), ``%n`` (its first label), ``%d`` (its domain) and ``%%`` in
+    a node name as Celery does: ``-n worker1@%h``."""
+    host = host or socket.gethostname()
+    name, _, domain = host.partition(".")
+    expansions = {"h": host, "n": name, "d": domain, "%": "%"}
+    out: list[str] = []
+    position = 0
+    while position < len(text):
+        char = text[position]
+        following = text[position + 1: position + 2]
+        if char == "%" and following in expansions:
+            out.append(expansions[following])
+            position += 2
+            continue
+        if char == "%":
+            raise ConfigurationError(
+                f"--hostname {text!r} has an unknown placeholder {text[position:position + 2]!r}; "
+                f"use %h (host name), %n (its first label), %d (its domain) or %% (a percent sign)"
+            )
+        out.append(char)
+        position += 1
+    return "".join(out)
 
 
 def parse_brokers(values: str | Iterable[str]) -> tuple[str, ...]:

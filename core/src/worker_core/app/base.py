@@ -84,6 +84,7 @@ class App:
         check_names(explicit)
         self._config_object: dict[str, Any] = from_object(config_source, namespace) if config_source else {}
         self._explicit = explicit
+        self._overrides: dict[str, Any] = {}
         self.settings: Settings = settings_from(self._config_object, self._explicit)
         self.conf = Config(self)
         self._plugins: PluginManager | None = None
@@ -96,15 +97,15 @@ class App:
 
     def _set(self, changes: dict[str, Any]) -> None:
         check_names(changes)
-        explicit = dict(self._explicit, **changes)
-        self.settings = settings_from(self._config_object, explicit)
-        self._explicit = explicit
+        overrides = dict(self._overrides, **changes)
+        self.settings = settings_from(self._config_object, self._explicit, overrides=overrides)
+        self._overrides = overrides
         self._reset_connections()
 
     def config_from_object(self, source: Any, namespace: str | None = None) -> None:
         """Take settings from a mapping, module or object (replacing a previous config object)."""
         found = from_object(source, namespace)
-        self.settings = settings_from(found, self._explicit)
+        self.settings = settings_from(found, self._explicit, overrides=self._overrides)
         self._config_object = found
         self._reset_connections()
 
@@ -140,7 +141,15 @@ class App:
         return lambda function: self._register(function, **options)
 
     def _register(self, fun: Callable[..., Any], **options: Any) -> Task:
-        name = options.pop("name", None) or self._task_name(fun)
+        name = options.pop("name", None)
+        if name is None:
+            name = self._task_name(fun)
+        elif not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise ConfigurationError(
+                f"@app.task for {self._task_name(fun)!r}: name must be a non-empty string without "
+                f"surrounding spaces (got {name!r}), for example @app.task(name='proj.add'); leave it "
+                f"out to use {self._task_name(fun)!r}"
+            )
         try:
             task = Task(self, fun, name=name, **options)
         except TypeError as exc:

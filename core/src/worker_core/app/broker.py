@@ -14,7 +14,7 @@ from .settings import Settings
 if TYPE_CHECKING:
     from .base import App
 
-__all__ = ["transport_for", "connection_for", "connect_for_publishing", "task_queue"]
+__all__ = ["connect_for_publishing", "connection_for", "task_queue", "transport_for"]
 
 
 def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["TaskContext", "current_context", "pushed", "push", "pop"]
+__all__ = ["TaskContext", "current_context", "pop", "push", "pushed"]
 
 
 @attrs.define(slots=True)

@@ -1,12 +1,14 @@
 """The app's settings: one attrs object with Celery's setting names, validated as it is built.
 
 Sources, later wins: the defaults below, a config object (``app.config_from_object``), the
-``App(...)`` arguments, then ``WORKER_<NAME>`` environment variables (``WORKER_BROKER_URL``).
+``App(...)`` arguments, ``WORKER_<NAME>`` environment variables (``WORKER_BROKER_URL``), then
+changes made at run time with ``app.conf.update(...)`` (the command line's ``-b`` is one).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,7 +18,7 @@ import attrs
 from ..exceptions import ConfigurationError
 from ..options import did_you_mean
 
-__all__ = ["Settings", "ENV_PREFIX", "settings_from"]
+__all__ = ["ENV_PREFIX", "Settings", "check_environment", "check_serializers", "settings_from"]
 
 ENV_PREFIX = "WORKER_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -38,6 +40,11 @@ def _check(kind: type | tuple[type, ...], *, optional: bool = False, minimum: fl
             raise ConfigurationError(
                 f"setting {attribute.name!r} must be {names} (got {value!r} that is a {type(value).__name__})"
             )
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigurationError(
+                f"setting {attribute.name!r} must be a finite number (got {value!r})"
+                + ("; use None for no limit" if optional else "")
+            )
         if minimum is not None and value < minimum:
             raise ConfigurationError(f"setting {attribute.name!r} must be at least {minimum:g} (got {value!r})")
 
@@ -45,9 +52,31 @@ def _check(kind: type | tuple[type, ...], *, optional: bool = False, minimum: fl
 
 
 def _strings(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(item, str) and item for item in value):
+    if not isinstance(value, tuple) or not value or not all(isinstance(item, str) and item for item in value):
         raise ConfigurationError(
-            f"setting {attribute.name!r} must be a list of non-empty strings (got {value!r})"
+            f"setting {attribute.name!r} must be a non-empty list of non-empty strings, for example "
+            f"['json'] (got {value!r})"
+        )
+
+
+def _name(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, str) and (not value or value != value.strip()):
+        raise ConfigurationError(
+            f"setting {attribute.name!r} must be a name without surrounding spaces (got {value!r})"
+        )
+
+
+def _broker_urls(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        return
+    from ..options import parse_brokers, scheme_of
+
+    urls = parse_brokers(value)
+    schemes = sorted({scheme_of(url) for url in urls})
+    if len(schemes) > 1:
+        raise ConfigurationError(
+            f"setting 'broker_url' mixes transports ({', '.join(schemes)}) in {value!r}: the ';'-separated "
+            f"URLs are failover servers of one kind, for example redis://a:6379/0;redis://b:6379/0"
         )
 
 
@@ -71,7 +100,7 @@ class Settings:
     """Every setting the app and the worker read. Names follow Celery's."""
 
     # -- broker
-    broker_url: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    broker_url: str | None = attrs.field(default=None, validator=[_check(str, optional=True), _broker_urls])
     broker_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                              validator=_check(dict))
     broker_connection_retry: bool = attrs.field(default=True, validator=_check(bool))
@@ -90,14 +119,14 @@ class Settings:
     result_backend: str | None = attrs.field(default=None, validator=_check(str, optional=True))
     result_expires: float | None = attrs.field(default=86400.0, validator=_check(NUMBER, optional=True, minimum=0))
     result_extended: bool = attrs.field(default=False, validator=_check(bool))
-    result_serializer: str = attrs.field(default="json", validator=_check(str))
+    result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                                      validator=_check(dict))
 
     # -- tasks and messages
-    task_serializer: str = attrs.field(default="json", validator=_check(str))
+    task_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     accept_content: tuple[str, ...] = attrs.field(default=("json",), converter=_to_tuple, validator=_strings)
-    task_default_queue: str = attrs.field(default="celery", validator=_check(str))
+    task_default_queue: str = attrs.field(default="celery", validator=[_check(str), _name])
     task_default_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
     task_queue_max_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
     task_routes: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict, validator=_check(dict))
@@ -225,14 +254,78 @@ def from_object(source: Any, namespace: str | None = None) -> dict[str, Any]:
     return found
 
 
-def settings_from(*sources: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
-    """Settings from the defaults, each source in turn, then the environment."""
+def settings_from(*sources: Mapping[str, Any], environ: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Settings from the defaults, each source in turn, the environment, then ``overrides``
+    (changes made at run time with ``app.conf.update``, which win over everything)."""
     merged: dict[str, Any] = {}
     for source in sources:
         merged.update(source)
     merged.update(from_environment(environ))
+    merged.update(overrides or {})
     check_names(merged)
     try:
         return Settings(**merged)
     except TypeError as exc:
         raise ConfigurationError(f"bad setting value: {exc}") from None
+
+
+#: ``WORKER_*`` variables of the project that are not settings.
+OTHER_VARIABLES = frozenset({"WORKER_DISABLE_PLUGINS"})
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Check every ``WORKER_<NAME>`` variable on its own, so an error names the variable: a value
+    of the wrong kind, or a name that is not a setting but close to one (a typo that would
+    otherwise be ignored silently). Unrelated ``WORKER_*`` variables are left alone."""
+    environ = os.environ if environ is None else environ
+    known = Settings.names()
+    for key, text in environ.items():
+        if not key.startswith(ENV_PREFIX) or key in OTHER_VARIABLES:
+            continue
+        name = key[len(ENV_PREFIX):].lower()
+        if name not in known:
+            hint = did_you_mean(name, known)
+            if hint:
+                close = hint.split("'")[1]
+                raise ConfigurationError(
+                    f"{key} is not a setting. Did you mean {ENV_PREFIX}{close.upper()}? "
+                    f"The settings are listed in worker_core.app.settings.Settings"
+                )
+            continue
+        try:
+            Settings(**{name: _from_text(name, text)})
+        except ConfigurationError as exc:
+            message = str(exc)
+            raise ConfigurationError(message if key in message else f"{key}={text!r}: {message}") from None
+
+
+def check_serializers(settings: Settings, task_serializers: Mapping[str, str | None] | None = None) -> None:
+    """Check that ``task_serializer``, ``result_serializer``, every ``accept_content`` entry and
+    each task's ``serializer`` (``task_serializers``: task name to serializer) name a serializer
+    kombu knows. Call it once the app's module is imported, so serializers the module registers
+    (``kombu.serialization.register``) count."""
+    from kombu.serialization import registry
+
+    known = sorted(registry.name_to_type)
+    content_types = set(registry.type_to_name)
+    for name in ("task_serializer", "result_serializer"):
+        value = getattr(settings, name)
+        if value not in registry.name_to_type:
+            raise ConfigurationError(
+                f"setting {name!r} names no serializer kombu knows (got {value!r})."
+                f"{did_you_mean(value, known)} Known: {', '.join(known)}; register others with "
+                f"kombu.serialization.register"
+            )
+    for task, value in (task_serializers or {}).items():
+        if value is not None and value not in registry.name_to_type:
+            raise ConfigurationError(
+                f"@app.task for {task!r}: serializer {value!r} is not one kombu knows."
+                f"{did_you_mean(value, known)} Known: {', '.join(known)}"
+            )
+    for item in settings.accept_content:
+        if item not in registry.name_to_type and item not in content_types:
+            raise ConfigurationError(
+                f"setting 'accept_content' names no serializer or content type kombu knows (got {item!r})."
+                f"{did_you_mean(item, known)} Known: {', '.join(known)}"
+            )

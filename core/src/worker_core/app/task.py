@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ConfigurationError, Ignore, MaxRetriesExceededError, Reject, Retry
+from ..options import did_you_mean
 from ..protocol import safe_repr
 from .context import TaskContext, current_context, pushed
 
@@ -42,7 +45,7 @@ def _optional_number(name: str, value: Any, *, whole: bool = False) -> Any:
     if value is None:
         return None
     kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
         kind = "a whole number" if whole else "a number"
         raise ConfigurationError(f"{name} must be {kind}, 0 or more, or None (got {value!r})")
     return value
@@ -51,6 +54,18 @@ def _optional_number(name: str, value: Any, *, whole: bool = False) -> Any:
 def _optional_bool(name: str, value: Any) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise ConfigurationError(f"{name} must be True, False or None (got {value!r})")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False (got {value!r})")
+    return value
+
+
+def _optional_name(name: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or value != value.strip()):
+        raise ConfigurationError(f"{name} must be a name without surrounding spaces, or None (got {value!r})")
     return value
 
 
@@ -86,38 +101,53 @@ class Task:
         queue: str | None = None,
         priority: int | None = None,
         serializer: str | None = None,
+        **unknown: Any,
     ) -> None:
         if not callable(fun):
             raise ConfigurationError(f"@app.task needs a function (got {fun!r})")
         if not isinstance(name, str) or not name:
             raise ConfigurationError(f"a task name must be a non-empty string (got {name!r})")
-        self.app = app
-        self.fun = fun
-        self.name = name
-        self.bind = bool(bind)
-        self._acks_late = _optional_bool("acks_late", acks_late)
-        self._ignore_result = _optional_bool("ignore_result", ignore_result)
-        self.max_retries = _optional_number("max_retries", max_retries, whole=True)
-        self._default_retry_delay = _optional_number("default_retry_delay", default_retry_delay)
-        self.autoretry_for = _exception_types("autoretry_for", autoretry_for)
-        self.dont_autoretry_for = _exception_types("dont_autoretry_for", dont_autoretry_for)
-        if retry_kwargs is not None and not isinstance(retry_kwargs, Mapping):
-            raise ConfigurationError(f"retry_kwargs must be a mapping (got {retry_kwargs!r})")
-        self.retry_kwargs = dict(retry_kwargs or {})
-        if isinstance(retry_backoff, bool):
-            self.retry_backoff = 1.0 if retry_backoff else 0.0
-        else:
-            self.retry_backoff = float(_optional_number("retry_backoff", retry_backoff) or 0)
-        self.retry_backoff_max = float(_optional_number("retry_backoff_max", retry_backoff_max) or 0)
-        self.retry_jitter = bool(retry_jitter)
-        self._time_limit = _optional_number("time_limit", time_limit)
-        self._soft_time_limit = _optional_number("soft_time_limit", soft_time_limit)
-        self._reject_on_worker_lost = _optional_bool("reject_on_worker_lost", reject_on_worker_lost)
-        self._acks_on_failure_or_timeout = _optional_bool("acks_on_failure_or_timeout", acks_on_failure_or_timeout)
-        self._track_started = _optional_bool("track_started", track_started)
-        self.queue = queue
-        self.priority = _optional_number("priority", priority, whole=True)
-        self.serializer = serializer
+        if unknown:
+            raise ConfigurationError(_unknown_options(name, unknown))
+        try:
+            self.app = app
+            self.fun = fun
+            self.name = name
+            self.bind = _bool("bind", bind)
+            self._acks_late = _optional_bool("acks_late", acks_late)
+            self._ignore_result = _optional_bool("ignore_result", ignore_result)
+            self.max_retries = _optional_number("max_retries", max_retries, whole=True)
+            self._default_retry_delay = _optional_number("default_retry_delay", default_retry_delay)
+            self.autoretry_for = _exception_types("autoretry_for", autoretry_for)
+            self.dont_autoretry_for = _exception_types("dont_autoretry_for", dont_autoretry_for)
+            if retry_kwargs is not None and not isinstance(retry_kwargs, Mapping):
+                raise ConfigurationError(f"retry_kwargs must be a mapping (got {retry_kwargs!r})")
+            self.retry_kwargs = dict(retry_kwargs or {})
+            if isinstance(retry_backoff, bool):
+                self.retry_backoff = 1.0 if retry_backoff else 0.0
+            else:
+                self.retry_backoff = float(_optional_number("retry_backoff", retry_backoff) or 0)
+            self.retry_backoff_max = float(_optional_number("retry_backoff_max", retry_backoff_max) or 0)
+            self.retry_jitter = _bool("retry_jitter", retry_jitter)
+            self._time_limit = _optional_number("time_limit", time_limit)
+            self._soft_time_limit = _optional_number("soft_time_limit", soft_time_limit)
+            if time_limit and soft_time_limit and soft_time_limit >= time_limit:
+                raise ConfigurationError(
+                    f"soft_time_limit ({soft_time_limit:g}s) must be shorter than time_limit "
+                    f"({time_limit:g}s): the soft limit warns the task before the hard limit kills it"
+                )
+            self._reject_on_worker_lost = _optional_bool("reject_on_worker_lost", reject_on_worker_lost)
+            self._acks_on_failure_or_timeout = _optional_bool("acks_on_failure_or_timeout",
+                                                              acks_on_failure_or_timeout)
+            self._track_started = _optional_bool("track_started", track_started)
+            self.queue = _optional_name("queue", queue)
+            self.priority = _optional_number("priority", priority, whole=True)
+            if self.priority is not None and self.priority > 255:
+                raise ConfigurationError(
+                    f"priority must be a whole number from 0 to 255, or None (got {priority!r})")
+            self.serializer = _optional_name("serializer", serializer)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
         functools.update_wrapper(self, fun)  # type: ignore[arg-type]
 
     # -- options that follow the app's settings ------------------------------------------------
@@ -285,3 +315,24 @@ class Task:
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
+
+
+#: The keyword options ``@app.task(...)`` takes.
+OPTIONS = tuple(
+    parameter for parameter in inspect.signature(Task.__init__).parameters
+    if parameter not in ("self", "app", "fun", "unknown")
+)
+#: Celery's task options this worker does not have.
+CELERY_ONLY = frozenset({
+    "rate_limit", "typing", "expires", "store_errors_even_if_ignored", "send_events", "trail", "base",
+    "shared", "lazy", "throws", "compression", "exchange", "routing_key", "resultrepr_maxsize",
+})
+
+
+def _unknown_options(task: str, unknown: Mapping[str, Any]) -> str:
+    option = sorted(unknown)[0]
+    if option in CELERY_ONLY:
+        return (f"@app.task for {task!r}: {option!r} is a Celery task option this worker does not "
+                f"have; remove it. The options are: {', '.join(OPTIONS)}")
+    return (f"@app.task for {task!r}: unknown option {option!r}.{did_you_mean(option, OPTIONS)} "
+            f"The options are: {', '.join(OPTIONS)}")

@@ -9,7 +9,7 @@ import click
 from kombu.utils.json import dumps
 
 from ..exceptions import ResultTimeout, WorkerError
-from .common import fail
+from .common import fail, use_broker
 
 __all__ = ["call"]
 
@@ -33,17 +33,21 @@ def _json(value: str, what: str, kind: type) -> Any:
 @click.option("--args", "args_json", default="[]", help="Positional arguments as a JSON array.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments as a JSON object.")
 @click.option("--countdown", type=float, help="Run no sooner than this many seconds from now.")
-@click.option("--expires", type=float, help="Discard the task if it has not started within this many seconds.")
+@click.option("--expires", type=click.FloatRange(min=0, min_open=True),
+              help="Discard the task if it has not started within this many seconds.")
 @click.option("--queue", "-Q", help="Queue to send to (default: the app's routing, else celery).")
 @click.option("--priority", type=click.IntRange(0, 255), help="Message priority.")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
-@click.option("--timeout", type=float, help="With --wait: give up after this many seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
+              help="With --wait: give up after this many seconds.")
 def call(task_name: str, app_spec: str | None, broker: str | None, args_json: str, kwargs_json: str,
          countdown: float | None, expires: float | None, queue: str | None, priority: int | None,
          wait: bool, timeout: float | None) -> None:
     """Send TASK_NAME to a worker and print the task id (and with --wait, its result as JSON)."""
     args = _json(args_json, "--args", list)
     kwargs = _json(kwargs_json, "--kwargs", dict)
+    if queue is not None and (not queue or queue != queue.strip()):
+        raise click.BadParameter(f"must be a queue name (got {queue!r})", param_hint="--queue")
     try:
         if app_spec:
             from .common import prepare_app
@@ -54,13 +58,15 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
 
             app = App()
         if broker:
-            app.conf.update(broker_url=broker)
+            use_broker(app, broker)
         result = app.send_task(task_name, args, kwargs, countdown=countdown, expires=expires,
                                queue=queue, priority=priority)
     except WorkerError as exc:
         raise fail(exc) from None
     except (TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from None
+    except Exception as exc:  # the broker did not take it (kombu's OperationalError, OSError)
+        raise click.ClickException(f"could not send {task_name}: {type(exc).__name__}: {exc}") from None
     click.echo(result.id)
     if not wait:
         return

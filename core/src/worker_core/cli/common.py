@@ -9,19 +9,31 @@ from typing import Any, TypeVar
 import click
 
 from ..exceptions import ConfigurationError, WorkerError
-from ..options import OptionSpec, WorkerOptions, did_you_mean, parse_autoscale, parse_brokers, parse_queues
+from ..options import (
+    OptionSpec,
+    WorkerOptions,
+    did_you_mean,
+    parse_autoscale,
+    parse_brokers,
+    parse_hostname,
+    parse_queues,
+    scheme_of,
+)
 from ..plugins.manager import PluginManager
+from ..selection import Selection
 
 __all__ = [
     "PluginCommand",
-    "plugin_option",
-    "worker_option_decorators",
-    "options_from_params",
     "blocked_from_args",
+    "check_endpoints",
     "fail",
-    "with_worker_options",
-    "warn_failures",
+    "options_from_params",
+    "plugin_option",
     "prepare_app",
+    "use_broker",
+    "warn_failures",
+    "with_worker_options",
+    "worker_option_decorators",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,10 +57,12 @@ def _blocked_value(value: str) -> str:
     return value[3:].strip()
 
 
-def blocked_from_args(args: Sequence[str]) -> list[str]:
+def blocked_from_args(args: Sequence[str]) -> dict[str, str]:
     """Read every ``-p no:NAME`` from raw arguments (before parsing, so blocked plugins are never
-    imported, not even to add their options), plus ``WORKER_DISABLE_PLUGINS=a,b``."""
-    blocked = [n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()]
+    imported, not even to add their options), plus ``WORKER_DISABLE_PLUGINS=a,b``: each name
+    with where it was blocked."""
+    variable = os.environ.get(DISABLE_ENV, "")
+    blocked = {n.strip(): f"{DISABLE_ENV}={variable}" for n in variable.split(",") if n.strip()}
     position = 0
     while position < len(args):
         arg = args[position]
@@ -64,7 +78,8 @@ def blocked_from_args(args: Sequence[str]) -> list[str]:
             value = arg[2:]
         position += 1
         if value is not None:
-            blocked.append(_blocked_value(value))
+            name = _blocked_value(value)
+            blocked[name] = f"-p no:{name}"
     return blocked
 
 
@@ -204,16 +219,22 @@ def options_from_params(
     changes: dict[str, Any] = {}
     simple = (
         "app", "pool", "concurrency", "loop", "failover", "prefetch_multiplier", "autoscaler",
-        "hostname", "time_limit", "soft_time_limit", "max_tasks_per_child", "max_memory_per_child",
-        "scheduling",
+        "time_limit", "soft_time_limit", "max_tasks_per_child", "max_memory_per_child", "scheduling",
     )
     for name in simple:
         if params.get(name) is not None:
             changes[name] = params[name]
-    if params.get("loglevel"):
+    if params.get("hostname") is not None:
+        changes["hostname"] = parse_hostname(params["hostname"])
+    if params.get("loglevel") is not None:
         changes["loglevel"] = str(params["loglevel"]).upper()
     if params.get("brokers"):
         changes["brokers"] = parse_brokers(params["brokers"])
+        if not changes["brokers"]:
+            raise ConfigurationError(
+                f"-b/--broker needs a URL (got {';'.join(params['brokers'])!r}), for example "
+                f"-b redis://127.0.0.1:6379/0"
+            )
     if params.get("queues"):
         changes["queues"] = parse_queues(params["queues"])
     if params.get("autoscale"):
@@ -241,11 +262,18 @@ def warn_failures(manager: PluginManager) -> None:
 
 
 def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
-    """Load the app named by ``-A`` and the worker defaults its settings give."""
-    from ..app.loader import load_app
+    """Load the app named by ``-A`` and the worker defaults its settings give.
 
+    ``WORKER_*`` variables are checked first, so a bad one is named as such rather than as a
+    failed import; the serializers are checked once the module (and whatever it registers) is in.
+    """
+    from ..app.loader import load_app
+    from ..app.settings import check_environment, check_serializers
+
+    check_environment()
     app = load_app(spec)
     settings = app.settings
+    check_serializers(settings, {name: task.serializer for name, task in app.tasks.items()})
     defaults = WorkerOptions(
         app=spec,
         pool=settings.worker_pool,
@@ -257,3 +285,23 @@ def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
         queues=(settings.task_default_queue,),
     )
     return app, defaults
+
+
+def use_broker(app: Any, url: str) -> None:
+    """Make ``url`` (from ``-b``) the app's broker over its settings and ``WORKER_BROKER_URL``,
+    so tasks that publish from the worker (retries) and the default result backend follow the
+    command line too."""
+    app.conf.update(broker_url=url)
+
+
+def check_endpoints(manager: PluginManager, settings: Any, selection: Selection) -> None:
+    """Build (without connecting) the transport of every broker URL, the reconnect schedule and
+    the result backend, so a malformed URL or a bad ``broker_transport_options`` is an error
+    before anything starts, not a log line once the worker runs."""
+    from ..consumer.connect import Connector
+
+    for url in selection.broker_urls:
+        manager.slot("transport", scheme_of(url))(url, settings)
+    Connector(manager, settings, selection.broker_urls, selection.options.failover,
+              should_continue=lambda: False)
+    manager.slot("result_backend", scheme_of(selection.result_url))(selection.result_url, settings)

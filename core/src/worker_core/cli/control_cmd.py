@@ -10,9 +10,10 @@ import click
 
 from ..control.commands import BUILTIN_COMMANDS
 from ..exceptions import WorkerError
-from .common import fail
+from ..options import parse_autoscale
+from .common import fail, use_broker
 
-__all__ = ["inspect", "control"]
+__all__ = ["control", "inspect"]
 
 INSPECT = sorted(name for name, c in BUILTIN_COMMANDS.items() if c.kind == "inspect")
 CONTROL = sorted(name.replace("_", "-") for name, c in BUILTIN_COMMANDS.items() if c.kind == "control")
@@ -28,7 +29,7 @@ def _app(app_spec: str | None, broker: str | None) -> Any:
 
         app = App()
     if broker:
-        app.conf.update(broker_url=broker)
+        use_broker(app, broker)
     return app
 
 
@@ -71,7 +72,8 @@ def _common(func: Any) -> Any:
         click.option("-A", "--app", "app_spec", help="App whose broker settings to use."),
         click.option("-b", "--broker", help="Broker URL (default: the app's, else embedded://)."),
         click.option("-d", "--destination", multiple=True, help="Node name(s), comma-separated (default: all)."),
-        click.option("-t", "--timeout", type=float, default=1.0, show_default=True,
+        click.option("-t", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0,
+                     show_default=True,
                      help="Seconds to wait for replies."),
         click.option("--json", "as_json", is_flag=True, help="Print the replies as one JSON object."),
     ]):
@@ -107,4 +109,11 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             raise click.BadParameter(f"must be a whole number (got {text!r})", param_hint=key.upper()) from None
     if name == "autoscale" and "max" not in values:
         raise click.UsageError("autoscale takes MAX and optionally MIN, for example: control autoscale 10 3")
+    if name == "autoscale":
+        try:
+            parse_autoscale(f"{values['max']},{values.get('min', 0)}")
+        except WorkerError as exc:
+            raise fail(exc) from None
+    if values.get("n", 1) < 1:
+        raise click.BadParameter(f"must be a whole number, 1 or more (got {values['n']})", param_hint="N")
     _run(app_spec, broker, name, values, destination, timeout, as_json)

@@ -11,6 +11,7 @@ from ..exceptions import WorkerError
 from ..plan import make_plan
 from .common import (
     PluginCommand,
+    check_endpoints,
     fail,
     options_from_params,
     prepare_app,
@@ -46,6 +47,8 @@ def steps(ctx: click.Context, as_graph: bool, fmt: str | None, show_all: bool, *
         options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
                                       defaults=defaults)
         plan = make_plan(options, manager, broker_urls=broker_urls, result_url=result_url)
+        if params.get("app"):
+            check_endpoints(manager, app.settings, plan.selection)
     except WorkerError as exc:
         raise fail(exc) from None
     warn_failures(manager)

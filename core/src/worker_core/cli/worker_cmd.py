@@ -11,7 +11,16 @@ import click
 
 from ..exceptions import WorkerError, WorkerTerminate
 from ..plan import make_plan
-from .common import PluginCommand, fail, options_from_params, prepare_app, warn_failures, with_worker_options
+from .common import (
+    PluginCommand,
+    check_endpoints,
+    fail,
+    options_from_params,
+    prepare_app,
+    use_broker,
+    warn_failures,
+    with_worker_options,
+)
 
 __all__ = ["worker"]
 
@@ -41,9 +50,10 @@ def worker(ctx: click.Context, **params: Any) -> None:
         options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
                                       defaults=defaults)
         if params.get("brokers"):
-            app.conf.update(broker_url=";".join(options.brokers))
+            use_broker(app, ";".join(options.brokers))
         plan = make_plan(options, manager, broker_urls=app.broker_urls,
                          result_url=app.settings.result_backend)
+        check_endpoints(manager, app.settings, plan.selection)
     except WorkerError as exc:
         raise fail(exc) from None
     setup_logging(plan.options.loglevel)

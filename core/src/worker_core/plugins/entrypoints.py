@@ -11,12 +11,12 @@ import attrs
 
 __all__ = [
     "HOOKS_GROUP",
-    "SLOT_GROUPS",
-    "SLOT_CHOICE",
     "KNOWN_DISTRIBUTIONS",
+    "SLOT_CHOICE",
+    "SLOT_GROUPS",
     "PluginEntry",
-    "list_entries",
     "distribution_of",
+    "list_entries",
 ]
 
 #: Plugins that take part in the run through hooks (bootsteps, options, events).

@@ -31,7 +31,7 @@ from .entrypoints import (
     list_entries,
 )
 
-__all__ = ["ESSENTIAL", "PluginManager", "PluginStatus", "DEFAULT_POOLS"]
+__all__ = ["DEFAULT_POOLS", "ESSENTIAL", "PluginManager", "PluginStatus"]
 
 logger = logging.getLogger("worker.plugins")
 
@@ -74,18 +74,23 @@ class PluginManager:
     """Discovers, blocks, loads and reports plugins.
 
     :param blocked: names given with ``-p no:NAME``; any entry point with that name, in any group,
-        is neither imported nor registered.
+        is neither imported nor registered. A mapping gives, for each name, where it was blocked
+        (``"WORKER_DISABLE_PLUGINS"``), so messages name the place to undo it.
     :param autoload: register the ``worker.plugins`` entry points at construction.
     """
 
-    def __init__(self, blocked: Iterable[str] = (), *, autoload: bool = True) -> None:
+    def __init__(self, blocked: Iterable[str] | Mapping[str, str] = (), *, autoload: bool = True) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
         self._entries: dict[str, list[PluginEntry]] = {}
         self._failed: dict[PluginEntry, str] = {}
         self._loaded_slots: dict[tuple[str, str], object] = {}
         self._registered: dict[str, PluginEntry | None] = {}
-        self.blocked = self._check_blocked(blocked)
+        self._blocked_by = {
+            name.strip(): (blocked[name] if isinstance(blocked, Mapping) else f"-p no:{name.strip()}")
+            for name in blocked if name.strip()
+        }
+        self.blocked = self._check_blocked(self._blocked_by)
         if autoload:
             self.load_hook_plugins()
 
@@ -105,20 +110,24 @@ class PluginManager:
         """Names of one slot's implementations that are installed and not blocked."""
         return sorted({e.name for e in self.entries(kind) if e.name not in self.blocked})
 
+    def blocked_by(self, name: str) -> str:
+        """Where ``name`` was blocked: ``-p no:NAME`` or the variable that holds it."""
+        return self._blocked_by.get(name, f"-p no:{name}")
+
     def _check_blocked(self, blocked: Iterable[str]) -> frozenset[str]:
-        names = frozenset(name.strip() for name in blocked if name.strip())
+        names = frozenset(blocked)
         essential = names & ESSENTIAL
         if essential:
             name = sorted(essential)[0]
             raise PluginBlockedError(
                 f"plugin {name!r} cannot be blocked: it is essential to worker-core "
-                f"(essential plugins: {', '.join(sorted(ESSENTIAL))}); remove -p no:{name}"
+                f"(essential plugins: {', '.join(sorted(ESSENTIAL))}); remove it from {self.blocked_by(name)}"
             )
         if names:
             known = {e.name for e in self.all_entries()}
             for name in sorted(names - known):
                 raise PluginNotFoundError(
-                    f"-p no:{name} blocks nothing: no installed plugin is named {name!r}."
+                    f"{self.blocked_by(name)} blocks nothing: no installed plugin is named {name!r}."
                     f"{did_you_mean(name, known)} Run `workerctl plugins` to see the installed ones."
                 )
         return names
@@ -314,7 +323,7 @@ class PluginManager:
             others = [n for n in self.names(kind) if n != name]
             instead = f"; available: {', '.join(others)}" if others else ""
             raise PluginBlockedError(
-                f"{kind} {matches[0].describe()} is blocked by -p no:{name}; remove that option "
+                f"{kind} {matches[0].describe()} is blocked by {self.blocked_by(name)}; remove it there "
                 f"or choose another {kind} with {SLOT_CHOICE[kind]}{instead}"
             )
         if len(matches) > 1:
@@ -393,7 +402,7 @@ class PluginManager:
         result = []
         for entry in self.all_entries():
             if entry.name in self.blocked:
-                result.append(PluginStatus(entry, "blocked", f"blocked by -p no:{entry.name}"))
+                result.append(PluginStatus(entry, "blocked", f"blocked by {self.blocked_by(entry.name)}"))
             elif entry in self._failed:
                 reason = self._failed[entry]
                 status = "conflict" if "provided by more than one" in reason else "failed"
