@@ -1,0 +1,93 @@
+"""What a soak proved: tasks lost, and every extra run matched to the fault that caused it.
+
+An extra run of a task is explained by the fault between its previous run and itself:
+
+- ``child-kill``: the worker logged that the task lost its pool process (the soak SIGKILLed the
+  child after the task recorded its run, before the result reached the worker) and sent it
+  again (``reject_on_worker_lost``);
+- ``worker-kill``: the previous run was in a worker generation the soak killed; the broker
+  delivered the unacknowledged message again to the next generation;
+- ``cut: ack lost``: same generation, the broker marked the message redelivered, and the
+  connection was cut after the previous run: its acknowledgement was lost with the connection;
+- ``cut: stale prefetch``: same generation, redelivered, and the previous run came *after* the
+  connection was back: the worker still ran a message it had prefetched on the lost connection
+  (whose acknowledgement cannot reach the broker), while the broker delivered it again.
+
+Anything else is ``unexplained`` and listed.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from collections.abc import Sequence
+
+import attrs
+
+from .injector import FaultEvent
+from .ledger import Execution
+
+__all__ = ["CAUSES", "Verdict", "judge"]
+
+CAUSES = ("child-kill", "worker-kill", "cut: ack lost", "cut: stale prefetch", "unexplained")
+#: How long before a cut a message may have been prefetched and still be run after it.
+PREFETCH_WINDOW = 30.0
+
+
+@attrs.frozen
+class Verdict:
+    tasks: int
+    ran: int
+    lost: tuple[str, ...]
+    executions: int
+    duplicates: collections.Counter[str]
+    unexplained: tuple[tuple[Execution, Execution], ...]
+
+    @property
+    def extra_runs(self) -> int:
+        return sum(self.duplicates.values())
+
+
+def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent],
+           lost_process: set[str]) -> str:
+    same_generation = previous.generation == current.generation
+    if same_generation and current.task_id in lost_process and any(
+        event.kind == "child-kill" and event.pid == previous.pid and event.started >= previous.at
+        for event in events
+    ):
+        return "child-kill"
+    if not same_generation and any(
+        event.kind == "worker-kill" and event.generation == previous.generation for event in events
+    ):
+        return "worker-kill"
+    if same_generation and current.redelivered:
+        cuts = [event for event in events if event.kind == "connection-cut" and event.started <= current.at]
+        if any(event.ended >= previous.at for event in cuts):
+            return "cut: ack lost"
+        if any(previous.at - PREFETCH_WINDOW <= event.ended < previous.at for event in cuts):
+            return "cut: stale prefetch"
+    return "unexplained"
+
+
+def judge(tasks: int, by_task: dict[str, list[Execution]], events: Sequence[FaultEvent],
+          lost_process: set[str]) -> Verdict:
+    """:param lost_process: ids of the tasks the worker logged as having lost their process."""
+    expected = [f"t{number}" for number in range(tasks)]
+    lost = tuple(task_id for task_id in expected if task_id not in by_task)
+    duplicates: collections.Counter[str] = collections.Counter({cause: 0 for cause in CAUSES})
+    unexplained: list[tuple[Execution, Execution]] = []
+    for runs in by_task.values():
+        ordered = sorted(runs, key=lambda execution: execution.at)
+        for previous, current in itertools.pairwise(ordered):
+            cause = _cause(previous, current, events, lost_process)
+            duplicates[cause] += 1
+            if cause == "unexplained":
+                unexplained.append((previous, current))
+    return Verdict(
+        tasks=tasks,
+        ran=sum(1 for task_id in expected if task_id in by_task),
+        lost=lost,
+        executions=sum(len(runs) for runs in by_task.values()),
+        duplicates=duplicates,
+        unexplained=tuple(unexplained),
+    )
