@@ -5,17 +5,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 
 import pytest
-
 from apps import basic
+from workers import TESTS, children_of, wait_for
+
 from worker_autoscale_backlog import BacklogAutoscaler
 from worker_core.autoscale.default import DemandAutoscaler
 from worker_core.control.client import broadcast
 from worker_core.slots import PoolOptions
 from worker_pool_threads.pool import ThreadPool
-from workers import TESTS, children_of, wait_for
 
 
 @pytest.fixture
@@ -60,6 +59,7 @@ def test_a_refused_shrink_is_logged_and_not_fatal(pool, caplog):
     scaler.maybe_scale()
     for _ in range(2):
         pool.apply_async(release.wait, (5,))
+    wait_for(lambda: pool.idle == 0, message="both threads to take a task")
     demand[0] = 0
     with caplog.at_level(logging.DEBUG, logger="worker.autoscale"):
         scaler.maybe_scale()
@@ -115,23 +115,15 @@ def test_the_backlog_autoscaler_does_not_shrink_while_work_waits(pool):
 # -- in a real worker --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> str:
-    url = f"embedded://{tmp_path}/queue.db"
-    basic.app.conf.update(broker_url=url, result_backend=None)
-    yield url
-    basic.app.close()
-
-
 def _stats(name: str) -> dict:
     [reply] = broadcast(basic.app, "stats", timeout=5)
     return reply[name]
 
 
 @pytest.mark.parametrize("autoscaler", ["default", "backlog"])
-def test_a_worker_scales_up_under_load_and_down_after_the_keepalive(workers, broker, autoscaler):
+def test_a_worker_scales_up_under_load_and_down_after_the_keepalive(workers, embedded_broker, autoscaler):
     worker = workers.start("--autoscale", "3,1", "--autoscaler", autoscaler, "-n", "scaler@test",
-                           pool="prefork", broker=broker,
+                           pool="prefork", broker=embedded_broker,
                            env={"PYTHONPATH": str(TESTS), "AUTOSCALE_KEEPALIVE": "1"})
     assert len(children_of(worker.pid)) == 1
     results = [basic.sleep.delay(1.0) for _ in range(6)]
@@ -142,8 +134,8 @@ def test_a_worker_scales_up_under_load_and_down_after_the_keepalive(workers, bro
     assert _stats("scaler@test")["autoscaler"]["current"] == 1
 
 
-def test_control_autoscale_changes_the_range_and_the_prefetch_at_run_time(workers, broker):
-    workers.start("--autoscale", "4,1", "-n", "scaler@test", pool="threads", broker=broker,
+def test_control_autoscale_changes_the_range_and_the_prefetch_at_run_time(workers, embedded_broker):
+    workers.start("--autoscale", "4,1", "-n", "scaler@test", pool="threads", broker=embedded_broker,
                   env={"PYTHONPATH": str(TESTS)})
     before = _stats("scaler@test")
     assert before["prefetch_count"] == 16  # max concurrency x multiplier

@@ -97,6 +97,24 @@ def test_grow_and_shrink_under_load(release: str) -> None:
         runner.stop()
 
 
+def test_shrink_right_after_grow_retires_threads_still_starting() -> None:
+    gate = threading.Event()
+    gate.set()
+    with PoolRunner(ThreadPool, PoolOptions(concurrency=1, initializer=lambda: gate.wait(5))) as runner:
+        pool = runner.pool
+        gate.clear()  # the threads grow() starts stay in their initializer until the gate opens
+        pool.grow(3)
+        pool.shrink(3)
+        assert pool.num_processes == 1
+        gate.set()
+        deadline = time.monotonic() + 5
+        while pool.info()["threads"] != 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert pool.info()["threads"] == 1
+        assert runner.submit(jobs.add, (2, 3)).wait(5.0).result == 5
+        runner.stop()
+
+
 def test_max_tasks_per_child_replaces_the_thread_and_reruns_the_initializer() -> None:
     calls: list[str] = []
     options = PoolOptions(concurrency=1, max_tasks_per_child=2,

@@ -5,24 +5,15 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 
 import kombu
 import pytest
-
 from apps import basic
-from worker_core.exceptions import NotRegistered, ResultTimeout, TaskRevokedError
 from workers import TESTS, WorkerProcess, wait_for
 
+from worker_core.exceptions import NotRegistered, ResultTimeout, TaskRevokedError
+
 POOLS = ["solo", "threads", "prefork"]
-
-
-@pytest.fixture
-def broker(tmp_path: Path) -> str:
-    url = f"embedded://{tmp_path}/queue.db"
-    basic.app.conf.update(broker_url=url, result_backend=None)
-    yield url
-    basic.app.close()
 
 
 @pytest.fixture(params=POOLS)
@@ -31,9 +22,10 @@ def pool(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def start_worker(workers, broker: str, pool: str):
+def start_worker(workers, embedded_broker: str, pool: str):
     def start(*args: str, ready: bool = True) -> WorkerProcess:
-        return workers.start(*args, pool=pool, broker=broker, ready=ready, env={"PYTHONPATH": str(TESTS)})
+        return workers.start(*args, pool=pool, broker=embedded_broker, ready=ready,
+                             env={"PYTHONPATH": str(TESTS)})
 
     return start
 
@@ -96,6 +88,23 @@ def test_an_expired_task_is_revoked_not_run(start_worker, tmp_path):
     assert not proof.exists()
 
 
+# solo receives nothing while a task runs inline: the broker drops the expired message itself
+@pytest.mark.parametrize("pool", ["threads", "prefork"])
+def test_a_task_that_expires_while_waiting_for_an_executor_is_revoked_not_run(start_worker, tmp_path):
+    # threads: it waits in the pool's shared queue; prefork: in the worker's own queue
+    proof = tmp_path / "ran.txt"
+    worker = start_worker("-c", "1")
+    blocker = basic.sleep.delay(1.5)
+    wait_for(lambda: " received" in worker.log(), message="the blocker to arrive")
+    result = basic.record.apply_async((str(proof), "x"), expires=0.5)
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=20)
+    assert blocker.get(timeout=20) == 1.5
+    assert result.state == "REVOKED"
+    assert not proof.exists()
+    assert "(expired)" in worker.log()
+
+
 def test_an_unknown_task_is_rejected_with_one_line_and_the_worker_goes_on(start_worker):
     worker = start_worker()
     unknown = basic.app.send_task("apps.basic.ad", (1, 2))
@@ -117,7 +126,8 @@ def _publish_raw(broker: str, body, headers, content_type="application/json") ->
                          declare=[task_queue("celery", settings)])
 
 
-def test_malformed_messages_are_rejected_one_line_each_and_good_tasks_still_complete(start_worker, broker):
+def test_malformed_messages_are_rejected_one_line_each_and_good_tasks_still_complete(
+        start_worker, embedded_broker):
     worker = start_worker()
     bad = [
         (b"[[1, 2], {}, {}]", {"task": 42, "id": "bad-name"}, "application/json"),
@@ -129,7 +139,7 @@ def test_malformed_messages_are_rejected_one_line_each_and_good_tasks_still_comp
          "application/json"),
     ]
     for body, headers, content_type in bad:
-        _publish_raw(broker, body, headers, content_type)
+        _publish_raw(embedded_broker, body, headers, content_type)
     assert basic.add.delay(20, 22).get(timeout=20) == 42
     log = worker.log()
     assert log.count("Rejected message") == len(bad)
@@ -193,7 +203,7 @@ def test_the_request_carries_id_retries_hostname_and_queue(start_worker):
     assert info["hostname"] == "alpha@testhost" and info["queue"] == "celery"
 
 
-def test_get_times_out_when_no_worker_runs(broker):
+def test_get_times_out_when_no_worker_runs(embedded_broker):
     with pytest.raises(ResultTimeout):
         basic.add.delay(1, 1).get(timeout=0.3)
 
@@ -207,8 +217,8 @@ def test_banner_lists_transport_pool_queues_and_tasks(start_worker, pool):
     assert ". apps.basic.add" in log
 
 
-def test_bad_options_and_unimportable_apps_stop_before_anything_starts(tmp_path, broker):
-    env = dict(os.environ, WORKER_BROKER_URL=broker)
+def test_bad_options_and_unimportable_apps_stop_before_anything_starts(tmp_path, embedded_broker):
+    env = dict(os.environ, WORKER_BROKER_URL=embedded_broker)
     for args, expected in [
         (["-A", "apps.nothere"], "cannot import the app module 'apps.nothere'"),
         (["-A", "apps.basic:nothing"], "apps.basic:nothing is not an App"),

@@ -3,37 +3,38 @@
 from __future__ import annotations
 
 __all__ = [
-    "WorkerError",
+    "BackendDisabled",
     "ConfigurationError",
+    "ConnectionLostError",
+    "ContentDisallowed",
+    "Ignore",
+    "JobWithdrawn",
+    "MaxRetriesExceededError",
+    "NotImplementedYet",
+    "NotRegistered",
+    "PluginBlockedError",
+    "PluginConflictError",
     "PluginError",
     "PluginLoadError",
-    "PluginConflictError",
     "PluginNotFoundError",
-    "PluginBlockedError",
-    "NotImplementedYet",
-    "StepError",
-    "StepCycleError",
-    "StepMissingError",
-    "StepConflictError",
-    "TransportError",
-    "ConnectionLostError",
-    "ProtocolError",
-    "ContentDisallowed",
-    "TaskError",
-    "NotRegistered",
-    "Retry",
-    "Reject",
-    "Ignore",
-    "MaxRetriesExceededError",
-    "TimeLimitExceeded",
-    "SoftTimeLimitExceeded",
-    "WorkerLostError",
-    "TaskRevokedError",
     "PoolError",
-    "WorkerTerminate",
+    "ProtocolError",
+    "Reject",
     "ResultError",
     "ResultTimeout",
-    "BackendDisabled",
+    "Retry",
+    "SoftTimeLimitExceeded",
+    "StepConflictError",
+    "StepCycleError",
+    "StepError",
+    "StepMissingError",
+    "TaskError",
+    "TaskRevokedError",
+    "TimeLimitExceeded",
+    "TransportError",
+    "WorkerError",
+    "WorkerLostError",
+    "WorkerTerminate",
 ]
 
 
@@ -191,6 +192,11 @@ class TaskRevokedError(TaskError):
 
 class PoolError(WorkerError):
     """A pool cannot start, grow, shrink or run a job."""
+
+
+class JobWithdrawn(WorkerError):
+    """A pool gave a job back before starting it (the worker is stopping, or lost the broker
+    connection its message came on): the message goes back to the broker."""
 
 
 class WorkerTerminate(BaseException):

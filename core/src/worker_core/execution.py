@@ -14,15 +14,15 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .app.context import TaskContext, push, pop
+from .app.context import TaskContext, pop, push
 from .exceptions import Ignore, Reject, ResultError, Retry
-from .protocol import safe_repr
+from .protocol import parse_iso, safe_repr, utcnow
 from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
 
 if TYPE_CHECKING:
     from .app.base import App
 
-__all__ = ["install", "execute", "process_initializer", "Outcome"]
+__all__ = ["Outcome", "execute", "install", "process_initializer"]
 
 logger = logging.getLogger("worker.execution")
 
@@ -47,7 +47,9 @@ def process_initializer() -> None:
         _on_process_init(os.getpid())
 
 
-def _store(app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]) -> None:
+def _store(
+    app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]
+) -> None:
     app.backend.store_result(task_id, result, state, tb, fields)
 
 
@@ -62,6 +64,9 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
     task = app.tasks[name]
     log_result = fields.pop("log_result", False)
+    expires = fields.get("expires")
+    if expires is not None and parse_iso(expires) <= utcnow():
+        return ("expired",)  # it waited in the pool past its expiry: not run
     store = not (fields.get("ignore_result") or task.ignore_result)
     context = TaskContext(id=task_id, task=name, args=args, kwargs=kwargs, called_directly=False, **fields)
     started = perf_counter()
@@ -102,7 +107,9 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
     return ("success", runtime, safe_repr(retval, 300) if log_result else None)
 
 
-def _safe_store(app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]) -> None:
+def _safe_store(
+    app: App, task_id: str, result: Any, state: str, tb: str | None, fields: Mapping[str, Any]
+) -> None:
     try:
         _store(app, task_id, result, state, tb, fields)
     except Exception:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
+from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute
 from .protocol import TaskEnvelope, to_iso
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
@@ -89,7 +89,8 @@ class Request:
         expires = headers.get("expires")
         return {
             "retries": envelope.retries,
-            "eta": eta if isinstance(eta, str) or eta is None else to_iso(envelope.eta) if envelope.eta else None,
+            "eta": eta if isinstance(eta, str) or eta is None
+            else to_iso(envelope.eta) if envelope.eta else None,
             "expires": expires if isinstance(expires, str) or expires is None
             else to_iso(envelope.expires) if envelope.expires else None,
             "timelimit": (envelope.time_limit, envelope.soft_time_limit),
@@ -164,6 +165,8 @@ class Request:
                 logger.info("Task %s retry: %s", self.label, outcome[2])
             consumer.notify("task_retried", request=self, reason=outcome[2])
             self._ack_late()
+        elif kind == "expired":
+            self._discard("expired")
         elif kind == "reject":
             requeue, reason = outcome[2], outcome[3]
             logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
@@ -180,8 +183,9 @@ class Request:
         if self.finished:
             return
         consumer = self.consumer
-        if consumer.terminating:
-            # cold shutdown: leave the message unacknowledged; closing the channel gives it back
+        if consumer.terminating or isinstance(exc, JobWithdrawn):
+            # cold shutdown, or given back unstarted: leave the message unacknowledged; closing
+            # the channel (or the lost connection) gives it back to the broker
             consumer.task_done(self)
             return
         text = f"{type(exc).__name__}: {exc}"
@@ -233,11 +237,14 @@ class Request:
 
     def revoke(self, reason: str) -> None:
         """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked)."""
+        self._discard(reason)
+        self.consumer.task_done(self, started=False)
+
+    def _discard(self, reason: str) -> None:
         logger.info("Discarding revoked task: %s (%s)", self.label, reason)
         self.store(encode_exception(TaskRevokedError(reason)), REVOKED, None)
         self.consumer.notify("task_revoked", request=self, reason=reason)
         self.acknowledge()
-        self.consumer.task_done(self, started=False)
 
     def cancel_after_connection_loss(self, pool: Any) -> None:
         """Stop this running ``acks_late`` task whose acknowledgement can no longer reach the

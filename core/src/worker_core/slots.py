@@ -70,7 +70,8 @@ class Pool(Protocol):
     - ``accept_callback(pid, time_accepted)`` when the job starts running (before ``callback``);
     - ``callback(retval)`` with the target's return value;
     - ``error_callback(exc)`` if the job could not finish: ``WorkerLostError`` when its process
-      died, ``TimeLimitExceeded`` after the hard limit;
+      died, ``TimeLimitExceeded`` after the hard limit, ``JobWithdrawn`` when
+      :meth:`withdraw_queued` gave it back unstarted;
     - ``timeout_callback(soft, seconds)`` when the soft (``soft=True``) or hard limit passes.
 
     Callbacks may be called from any thread; the worker's callbacks are thread-safe and cheap.
@@ -95,6 +96,18 @@ class Pool(Protocol):
     #: Optional: a pool that always runs exactly this many jobs at once (solo: 1) declares it;
     #: ``-c`` is then ignored with a warning and ``--autoscale`` is refused before start-up.
     fixed_concurrency: ClassVar[int | None]
+
+    #: Optional, False when absent: every executor takes its next job from one queue as soon as
+    #: it is free, so a queued job never waits behind a busy executor while another is idle. Fair
+    #: scheduling then needs no gate: the worker hands such a pool every task it has received
+    #: instead of one per idle executor, and the pool must offer :meth:`withdraw_queued`.
+    shared_queue: ClassVar[bool]
+
+    def withdraw_queued(self) -> int:
+        """Optional (required with ``shared_queue``): give back every job not started yet, each
+        through its ``error_callback`` with ``JobWithdrawn``; return how many. The worker calls
+        it on a warm shutdown and when the connection the messages came on is lost, so those
+        messages go back to the broker instead of running late or twice."""
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
@@ -327,7 +340,9 @@ class ResultBackend(Protocol):
     def get_task_meta(self, task_id: str) -> Mapping[str, Any]:
         """The stored meta, or ``{"status": "PENDING", "result": None, ...}`` when there is none."""
 
-    def wait_for(self, task_id: str, timeout: float | None = None, interval: float = 0.5) -> Mapping[str, Any]:
+    def wait_for(
+        self, task_id: str, timeout: float | None = None, interval: float = 0.5
+    ) -> Mapping[str, Any]:
         """Block until the task is ready; raise ``ResultTimeout`` after ``timeout`` seconds."""
 
     def on_task_call(self, task_id: str) -> None:

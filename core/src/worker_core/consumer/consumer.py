@@ -24,7 +24,9 @@ from .connect import Connector
 from .handler import describe_message, make_handler, reject_invalid
 
 if TYPE_CHECKING:
+    from kombu.connection import Connection
     from kombu.message import Message
+    from kombu.messaging import Consumer as TaskConsumer
 
     from ..request import Request
     from ..worker.worker import Worker
@@ -56,8 +58,8 @@ class Consumer:
             should_continue=lambda: not worker.stopping,
             connection_options=self._heartbeat_options(),
         )
-        self.connection: kombu.Connection | None = None
-        self.task_consumer: kombu.Consumer | None = None
+        self.connection: Connection | None = None
+        self.task_consumer: TaskConsumer | None = None
         self.qos: QoS | None = None
         self.control: Any = None
         self.fcfs = self.options.scheduling == "fcfs"
@@ -113,7 +115,9 @@ class Consumer:
                     continue
                 return
             except Exception as exc:
-                if self.worker.stopping and (self._is_connection_error(exc) or isinstance(exc, ConnectionLostError)):
+                if self.worker.stopping and (
+                    self._is_connection_error(exc) or isinstance(exc, ConnectionLostError)
+                ):
                     return
                 if not self._is_connection_error(exc):
                     raise
@@ -212,7 +216,7 @@ class Consumer:
         assert self.connection is not None
         channel = self.connection.default_channel
         queues = [task_queue(name, self.app.settings) for name in self.options.queues]
-        self.task_consumer = kombu.Consumer(
+        self.task_consumer = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             channel, queues=queues, on_message=self._handler, no_ack=False,
             # kombu could not even build the message (a bad 'compression' header): reject it
             on_decode_error=lambda message, exc: reject_invalid(
@@ -302,7 +306,9 @@ class Consumer:
             return
         if self._failback_timer is None:
             interval = self.app.settings.broker_failback_interval
-            self._failback_timer = self.timer.call_repeatedly(interval, self._check_preferred_broker)
+            self._failback_timer = self.timer.call_repeatedly(
+                interval, self._check_preferred_broker
+            )
 
     def _check_preferred_broker(self) -> None:
         current = self.connector.current
@@ -333,8 +339,9 @@ class Consumer:
                     why, self.inflight, held)
 
     def _forget_unstarted(self) -> int:
-        """Drop the requests not handed to the pool yet (ready, or waiting for their ETA): their
-        messages stay unacknowledged and the broker delivers them again. Returns how many."""
+        """Drop the requests not started yet (ready, waiting for their ETA, or queued in a pool
+        that can give them back): their messages stay unacknowledged and the broker delivers them
+        again. Returns how many."""
         held = len(self.ready) + len(self.eta_held)
         for request in self.eta_held:
             if request.timer_entry is not None:
@@ -344,6 +351,9 @@ class Consumer:
             self.reserved.discard(request)
         self.ready.clear()
         self.eta_held.clear()
+        withdraw = getattr(self.worker.pool, "withdraw_queued", None)
+        if withdraw is not None:
+            held += withdraw()
         return held
 
     def heartbeat_rate(self) -> float:
@@ -451,7 +461,7 @@ class Consumer:
         headers = dict(message.headers or {})
         headers.update(extra_headers)
         try:
-            kombu.Producer(self.connection.default_channel).publish(
+            kombu.Producer(self.connection.default_channel).publish(  # type: ignore[attr-defined,no-untyped-call]
                 message.body, exchange=info.get("exchange") or "", routing_key=info.get("routing_key") or "",
                 headers=headers, content_type=message.content_type,
                 content_encoding=message.content_encoding, delivery_mode=2,
@@ -459,7 +469,9 @@ class Consumer:
                 reply_to=properties.get("reply_to") or None, retry=True,
             )
         except Exception as exc:
-            logger.error("Could not send %s again: %r; it is requeued instead", describe_message(message), exc)
+            logger.error(
+                "Could not send %s again: %r; it is requeued instead", describe_message(message), exc
+            )
             return False
         return True
 
@@ -467,7 +479,9 @@ class Consumer:
         if not self.reduced_prefetch or self.qos is None:
             return
         if self.qos.value < self.max_prefetch:
-            self.qos.increment_eventually(min(self.multiplier, self.max_prefetch - self.qos.value))
+            self.qos.increment_eventually(
+                min(self.multiplier, self.max_prefetch - self.qos.value)
+            )
         if self.qos.value >= self.max_prefetch:
             self.reduced_prefetch = False
             logger.info(
@@ -504,7 +518,9 @@ class Consumer:
         assert self.qos is not None and self.timer is not None
         self.qos.increment_eventually()
         self.eta_held.add(request)
-        request.timer_entry = self.timer.call_after(delay, self._eta_due, (request,))
+        request.timer_entry = self.timer.call_after(
+            delay, self._eta_due, (request,)
+        )
 
     def _eta_due(self, request: Request) -> None:
         if request not in self.eta_held:
@@ -539,7 +555,7 @@ class Consumer:
 
     def capacity(self) -> float:
         pool = self.worker.pool
-        if self.fcfs or pool is None:
+        if self.fcfs or pool is None or getattr(pool, "shared_queue", False):
             return math.inf
         return float(pool.num_processes)
 

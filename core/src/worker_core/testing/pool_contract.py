@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..exceptions import PoolError, WorkerLostError
+from ..exceptions import JobWithdrawn, PoolError, WorkerLostError
 from ..slots import PoolFactory, PoolOptions
 from . import jobs
 from .runner import JobProbe, PoolRunner
@@ -251,6 +251,15 @@ def _wait_until(condition: Callable[[], bool], message: str, timeout: float = 10
         time.sleep(0.02)
 
 
+def _hold_every_executor(runner: PoolRunner, release: str) -> list[JobProbe]:
+    """Start one job per executor that runs until ``release`` exists; return once all started."""
+    size = runner.call(lambda: runner.pool.num_processes)
+    blockers = [runner.submit(jobs.wait_for_path, (release, 30.0)) for _ in range(size)]
+    for probe in blockers:
+        probe.wait_accepted()
+    return blockers
+
+
 def check_shrink_refuses_when_every_executor_is_busy(factory: PoolFactory, *, hub: bool = False) -> None:
     with PoolRunner(factory, OPTIONS, hub=hub) as runner:
         pool = runner.pool
@@ -261,22 +270,51 @@ def check_shrink_refuses_when_every_executor_is_busy(factory: PoolFactory, *, hu
                 runner.stop()
                 return
             raise AssertionError("an inline pool accepted shrink(1)")
-        size = runner.call(lambda: pool.num_processes)
         release = _release_path()
         try:
-            blockers = [runner.submit(jobs.wait_for_path, (release, 30.0)) for _ in range(size)]
-            for probe in blockers:
-                probe.wait_accepted()
+            blockers = _hold_every_executor(runner, release)
             try:
                 runner.call(pool.shrink, 1)
             except PoolError as exc:
                 _expect("busy" in str(exc), f"the PoolError should say the executors are busy: {exc}")
             else:
-                raise AssertionError(f"shrink(1) succeeded while all {size} executors were busy")
+                raise AssertionError(f"shrink(1) succeeded while all {len(blockers)} executors were busy")
         finally:
             Path(release).touch()
         for probe in blockers:
             _expect(probe.wait().result == "released", f"a blocked job reported {probe.events!r}")
+        runner.stop()
+
+
+def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *, hub: bool = False) -> None:
+    """A ``shared_queue`` pool (or any pool offering ``withdraw_queued``) gives back exactly the
+    jobs no executor started, through ``error_callback`` with ``JobWithdrawn``."""
+    with PoolRunner(factory, OPTIONS, hub=hub) as runner:
+        pool = runner.pool
+        shared = getattr(type(pool), "shared_queue", False)
+        withdraw = getattr(pool, "withdraw_queued", None)
+        _expect(not shared or callable(withdraw), f"{_label(factory)}.shared_queue is true but the pool has "
+                                                  "no withdraw_queued()")
+        if withdraw is None or _is_inline(runner):
+            runner.stop()
+            return
+        release = _release_path()
+        try:
+            blockers = _hold_every_executor(runner, release)
+            queued = [runner.submit(jobs.add, (n, n)) for n in range(3)]
+            count = runner.call(withdraw)
+            _expect(count == 3, f"withdraw_queued() returned {count} with 3 jobs queued behind busy "
+                                "executors")
+            for probe in queued:
+                probe.wait()
+                _expect(probe.kinds() == ["error"] and isinstance(probe.error, JobWithdrawn),
+                        f"a withdrawn job reported {probe.events!r}, expected one JobWithdrawn error")
+        finally:
+            Path(release).touch()
+        for probe in blockers:
+            _expect(probe.wait().result == "released", f"a running job reported {probe.events!r}")
+        _expect(runner.call(withdraw) == 0, "withdraw_queued() gave back jobs when none was queued")
+        _expect(runner.submit(jobs.add, (2, 2)).wait().result == 4, "a job failed after withdraw_queued()")
         runner.stop()
 
 
@@ -333,6 +371,7 @@ CHECKS: tuple[Check, ...] = (
     check_terminate_fails_running_jobs,
     check_grow_and_shrink,
     check_shrink_refuses_when_every_executor_is_busy,
+    check_withdraw_queued_gives_back_only_unstarted_jobs,
     check_info_has_the_stats_keys,
     check_initializer_runs_once_in_every_executor,
 )

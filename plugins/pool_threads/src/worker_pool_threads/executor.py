@@ -55,6 +55,7 @@ def run(pool: ThreadPool, me: Executor) -> None:
             logger.exception("threads pool: the pool initializer raised in %s; the thread exits",
                              threading.current_thread().name)
             with pool.lock:
+                pool.idle -= 1
                 pool.executor_exited(me)
             me.started.set()
             return
@@ -65,9 +66,12 @@ def run(pool: ThreadPool, me: Executor) -> None:
     lock = pool.lock
     running = pool.running
     max_tasks = pool.options.max_tasks_per_child
+    counted = True  # the pool counted this thread idle when it started it
     while True:
-        with lock:
-            pool.idle += 1
+        if not counted:
+            with lock:
+                pool.idle += 1
+        counted = False
         item = get()
         with lock:
             pool.idle -= 1

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from worker_core.exceptions import WorkerLostError
+from worker_core.exceptions import JobWithdrawn, WorkerLostError
 
-__all__ = ["Job", "abandoned", "never_started"]
+__all__ = ["Job", "abandoned", "never_started", "withdrawn_unstarted"]
 
 
 class Job:
@@ -34,3 +34,7 @@ def abandoned(job: Job) -> WorkerLostError:
     return WorkerLostError(
         f"Job {job.id} was still running when the threads pool was terminated; a thread cannot be "
         "killed, so it was abandoned and its result will be ignored.")
+
+
+def withdrawn_unstarted(job: Job) -> JobWithdrawn:
+    return JobWithdrawn(f"Job {job.id} was given back before a thread started it.")

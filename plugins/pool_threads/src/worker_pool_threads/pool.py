@@ -2,7 +2,9 @@
 
 - **Scheduling**: ``fair`` and ``fcfs`` mean nothing here and are accepted for compatibility:
   all threads take jobs from one queue, so an idle thread always takes the next job and a long
-  task never holds up others while a thread is free.
+  task never holds up others while a thread is free (``shared_queue``: the worker hands the
+  pool every task it received, and a thread that finishes one starts the next without waiting
+  for the event loop). ``withdraw_queued()`` gives the jobs not started yet back.
 - **Time limits** cannot be enforced: a thread can be neither interrupted nor killed. The pool
   refuses ``time_limit``/``soft_time_limit`` at start-up; a per-job limit (a task's own) is
   logged once per task name as ignored, and the job runs without it.
@@ -30,7 +32,7 @@ from worker_core.exceptions import ConfigurationError, PoolError
 from worker_core.slots import AcceptCallback, PoolOptions
 
 from .executor import RETIRE, STOP, Executor
-from .jobs import Job, abandoned, never_started
+from .jobs import Job, abandoned, never_started, withdrawn_unstarted
 
 __all__ = ["ThreadPool"]
 
@@ -43,6 +45,7 @@ class ThreadPool:
     """Runs each job in one of ``concurrency`` threads; grows and shrinks at run time."""
 
     is_process_pool: ClassVar[bool] = False
+    shared_queue: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
@@ -81,7 +84,7 @@ class ThreadPool:
         #: Jobs running now, by executor number; a job is reported by whoever pops it first.
         self.running: dict[int, Job] = {}
         self.executors: dict[int, Executor] = {}
-        self.idle = 0  # threads waiting on the queue
+        self.idle = 0  # threads not running a job: starting, or waiting on the queue
         self.retiring = 0  # RETIRE sentinels queued and not taken yet
         self.terminated = False
         self._size = options.concurrency
@@ -100,6 +103,9 @@ class ThreadPool:
         executor = Executor(self, next(self._numbers))
         self.executors[executor.number] = executor
         executor.thread.start()
+        # Idle from now on (the thread takes the lock we hold before it changes the count), so a
+        # shrink right after a grow can retire threads that are still starting.
+        self.idle += 1
         return executor
 
     def executor_exited(self, executor: Executor) -> None:
@@ -155,23 +161,12 @@ class ThreadPool:
             if self._state != "running":
                 self._state = "stopped"
                 return
-            while True:
-                try:
-                    item = self.queue.get_nowait()
-                except Empty:
-                    break
-                if isinstance(item, Job):
-                    lost.append((item, never_started(item)))
+            lost.extend((job, never_started(job)) for job in self._take_queued())
             lost.extend((job, abandoned(job)) for job in self.running.values())
             self.running.clear()
             for _ in range(len(self.executors)):
                 self.queue.put(STOP)
-        for job, exc in lost:
-            if job.error_callback is not None:
-                try:
-                    job.error_callback(exc)
-                except Exception:
-                    logger.exception("threads pool: error callback %r raised", job.error_callback)
+        _fail(lost)
         self._join(0.2)
         self._state = "stopped"
 
@@ -216,6 +211,31 @@ class ThreadPool:
             label = name or f"{target.__module__}.{target.__qualname__}"
             self._warn_ignored_limits(label, soft_timeout, timeout)
         self.queue.put(Job(next(self._ids), target, args, kwargs, callback, error_callback, accept_callback))
+
+    def withdraw_queued(self) -> int:
+        """Give back every job no thread has taken yet (``JobWithdrawn``); returns how many."""
+        with self.lock:
+            withdrawn = self._take_queued()
+        _fail([(job, withdrawn_unstarted(job)) for job in withdrawn])
+        return len(withdrawn)
+
+    def _take_queued(self) -> list[Job]:
+        """Take the jobs no thread has taken yet off the queue (lock held); the STOP and RETIRE
+        sentinels stay, in their order."""
+        jobs: list[Job] = []
+        kept: list[object] = []
+        while True:
+            try:
+                item = self.queue.get_nowait()
+            except Empty:
+                break
+            if isinstance(item, Job):
+                jobs.append(item)
+            else:
+                kept.append(item)
+        for item in kept:
+            self.queue.put(item)
+        return jobs
 
     def _warn_ignored_limits(self, label: str, soft: float | None, hard: float | None) -> None:
         with self.lock:
@@ -294,3 +314,13 @@ class ThreadPool:
                 "idle": self.idle,
                 "queued": self.queue.qsize(),
             }
+
+
+def _fail(lost: list[tuple[Job, BaseException]]) -> None:
+    """Report jobs that will not run through their error callbacks (no lock held)."""
+    for job, exc in lost:
+        if job.error_callback is not None:
+            try:
+                job.error_callback(exc)
+            except Exception:
+                logger.exception("threads pool: error callback %r raised", job.error_callback)
