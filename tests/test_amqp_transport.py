@@ -3,6 +3,9 @@ heartbeats, priorities, queue depth, and queue declarations Celery and we can sh
 
 from __future__ import annotations
 
+import select
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,6 +15,7 @@ import kombu
 import pytest
 from conftest import require_server
 from kombu.asynchronous import Hub
+from workers import drain, wait_for
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
@@ -41,23 +45,26 @@ def queue_name() -> Iterator[str]:
         channel.close()
 
 
-def drain(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out draining events")
-        try:
-            connection.drain_events(timeout=0.2)
-        except TimeoutError:
-            pass
-
-
 def publish(connection: kombu.Connection, queue: kombu.Queue, bodies: list[Any],
             priorities: list[int | None] | None = None) -> None:
     producer = kombu.Producer(connection.default_channel)
     for body, priority in zip(bodies, priorities or [None] * len(bodies), strict=True):
         producer.publish(body, exchange="", routing_key=queue.name, declare=[queue], priority=priority,
                          delivery_mode=2)
+
+
+def run_hub(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Turn a kombu hub driving ``connection`` until ``until()`` or ``timeout`` seconds."""
+    hub = Hub()
+    connection.transport.register_with_event_loop(connection.connection, hub)
+    hub.call_repeatedly(0.02, lambda: None)  # short turns, as with a worker's timers
+    turns = hub.create_loop()
+    deadline = time.monotonic() + timeout
+    try:
+        while not until() and time.monotonic() < deadline:
+            next(turns)
+    finally:
+        hub.close()
 
 
 # -- configuration ---------------------------------------------------------------------------------
@@ -120,15 +127,64 @@ def test_messages_round_trip_on_a_kombu_hub(queue_name: str) -> None:
                                   on_message=lambda m: (got.append(m.payload["n"]), m.ack()))
         consumer.qos(prefetch_count=5, apply_global=True)
         consumer.consume()
-        hub = Hub()
-        connection.transport.register_with_event_loop(connection.connection, hub)
-        hub.call_repeatedly(0.02, lambda: None)
-        turns = hub.create_loop()
-        deadline = time.monotonic() + 10
-        while len(got) < 20 and time.monotonic() < deadline:
-            next(turns)
-        hub.close()
+        run_hub(connection, lambda: len(got) == 20)
     assert got == list(range(20))
+
+
+def test_frames_are_cut_from_what_arrived_and_a_bad_frame_end_is_refused() -> None:
+    from amqp.exceptions import UnexpectedFrame
+
+    from worker_transport_amqp.reading import BufferedTCPTransport
+
+    def frame(kind: int, channel: int, payload: bytes, end: bytes = b"\xce") -> bytes:
+        return struct.pack(">BHI", kind, channel, len(payload)) + payload + end
+
+    transport = BufferedTCPTransport("127.0.0.1:5672")  # not connected: only its buffer is used
+    second = frame(3, 1, b"body")
+    transport._read_buffer = frame(1, 1, b"method") + second[:5]
+    assert transport.next_frame() == (1, 1, b"method")
+    assert transport.next_frame() is None  # a partial header waits for the rest
+    transport._read_buffer += second[5:-1]
+    assert transport.next_frame() is None  # everything but the frame end
+    transport._read_buffer += second[-1:] + frame(8, 0, b"")
+    assert transport.next_frame() == (3, 1, b"body")
+    assert transport.next_frame() == (8, 0, b"")
+    assert transport.next_frame() is None and transport._read_buffer == b""
+    transport._read_buffer = frame(1, 1, b"method", end=b"\x00")
+    with pytest.raises(UnexpectedFrame, match="frame_end 0x00"):
+        transport.next_frame()
+
+
+def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_name: str) -> None:
+    """A blocking read (py-amqp waiting for a reply) takes everything that has arrived; the
+    frames after the one it needed are in no socket any more, so the hub must find them in the
+    buffer, or they would wait for the next message to arrive."""
+    queue, got = task_queue(queue_name, Settings()), []
+    with connect() as connection, connect() as publisher:
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda m: (got.append(m.payload["n"]), m.ack()))
+        consumer.qos(prefetch_count=50, apply_global=True)
+        consumer.consume()
+        publish(publisher, queue, [{"n": n} for n in range(20)])
+        wait_for(lambda: connection.connection.sock is not None and _unread(connection) > 0,
+                 message="the messages to arrive")
+        time.sleep(0.2)  # all twenty
+        connection.drain_events(timeout=2)
+        assert got == [0]
+        assert connection.connection.transport._read_buffer  # the other nineteen, read ahead
+        assert _unread(connection) == 0
+        run_hub(connection, lambda: len(got) == 20)
+    assert got == list(range(20))
+
+
+def _unread(connection: kombu.Connection) -> int:
+    """Bytes waiting in the connection's socket."""
+    return len(connection.connection.sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT) or b"") \
+        if _readable(connection) else 0
+
+
+def _readable(connection: kombu.Connection) -> bool:
+    return bool(select.select([connection.connection.sock], [], [], 0)[0])
 
 
 def test_heartbeats_are_negotiated_and_checked(queue_name: str) -> None:

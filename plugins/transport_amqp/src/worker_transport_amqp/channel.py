@@ -16,6 +16,9 @@ from typing import Any
 
 from kombu.transport import pyamqp as _pyamqp
 
+from .decoding import frame_handler
+from .reading import BufferedTCPTransport
+
 __all__ = ["Channel", "Connection"]
 
 pyamqp: Any = _pyamqp
@@ -87,7 +90,9 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self._forget(delivery_tag)
         return super().basic_reject(delivery_tag, requeue)
 
-    def basic_nack(self, delivery_tag: int, multiple: bool = False, requeue: bool = True, argsig: str = "Lbb") -> Any:
+    def basic_nack(
+        self, delivery_tag: int, multiple: bool = False, requeue: bool = True, argsig: str = "Lbb"
+    ) -> Any:
         if multiple:
             self.flush_acks()
             while self._delivered and self._delivered[0] <= delivery_tag:
@@ -116,6 +121,29 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
 
 class Connection(pyamqp.Connection):  # type: ignore[misc]
     Channel = Channel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("frame_handler", frame_handler)  # faster content headers (:mod:`.decoding`)
+        super().__init__(*args, **kwargs)
+
+    def Transport(self, host: str, connect_timeout: float | None, ssl: Any = False,
+                  read_timeout: float | None = None, write_timeout: float | None = None,
+                  socket_settings: Any = None, **kwargs: Any) -> Any:
+        """py-amqp's transport; over plain TCP, one that reads ahead (:mod:`.reading`)."""
+        if ssl:
+            return super().Transport(host, connect_timeout, ssl, read_timeout, write_timeout,
+                                     socket_settings, **kwargs)
+        return BufferedTCPTransport(host, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                                    write_timeout=write_timeout, socket_settings=socket_settings, **kwargs)
+
+    def dispatch_buffered(self) -> None:
+        """Handle the whole frames left in the read buffer by a blocking read (py-amqp waiting
+        for a reply reads ahead too), which the event loop would not report as readable."""
+        transport = self.transport
+        if transport is None or not transport._read_buffer:
+            return
+        while (frame := transport.next_frame()) is not None:
+            self.on_inbound_frame(frame)
 
     def flush_acks(self) -> None:
         # After collect() (a dropped connection) there are no channels left to flush.

@@ -16,6 +16,7 @@ from amqp.exceptions import ConnectionForced, RecoverableConnectionError
 from kombu.transport import pyamqp as _pyamqp
 
 from .channel import Connection
+from .reading import BufferedTCPTransport, dispatch_arrived
 
 __all__ = ["SSLTransport", "Transport"]
 
@@ -35,14 +36,20 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)
         loop.on_tick.add(connection.flush_acks)
+        if isinstance(connection.transport, BufferedTCPTransport):
+            loop.on_tick.add(connection.dispatch_buffered)
 
     def on_readable(self, connection: Any, loop: Any) -> None:
-        """Read every frame that has arrived, not one per loop turn as kombu does (a message
-        is three frames). Each read sets its own timeout: a callback may make a blocking call
-        on the same connection (a remote-control reply declares its exchange), which needs the
-        socket in blocking mode."""
+        """Handle every frame that has arrived, not one per loop turn as kombu does (a message
+        is three frames). The socket stays in blocking mode: a callback may make a blocking call
+        on the same connection (a remote-control reply declares its exchange)."""
         if not connection.connected:
             raise RecoverableConnectionError("Socket was disconnected")
+        if isinstance(connection.transport, BufferedTCPTransport):
+            if dispatch_arrived(connection, self.frames_per_turn):
+                loop.call_soon(self.on_readable, connection, loop)
+            return
+        # TLS: py-amqp's reads, each with its own timeout
         for _ in range(self.frames_per_turn):
             try:
                 connection.drain_events(timeout=0)

@@ -69,7 +69,7 @@ class AmqpTransport:
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """Messages ready in ``queue`` (a passive declare); 0 when the queue does not exist."""
         # A failed passive declare closes its channel: never risk the consumer's own channel.
-        channel = connection.channel()  # type: ignore[no-untyped-call]
+        channel = connection.channel()
         try:
             return int(channel.queue_declare(queue=queue, passive=True).message_count)
         except connection.channel_errors as exc:

@@ -1,0 +1,153 @@
+"""The AMQP content-header decoder and frame dispatcher: the same values as py-amqp's for any
+header, the same errors for broken ones, and whole messages through a real RabbitMQ."""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from datetime import datetime
+from typing import Any
+
+import kombu
+import pytest
+from amqp.basic_message import Message
+from amqp.exceptions import UnexpectedFrame
+from amqp.serialization import decode_properties_basic, dumps
+from amqp.spec import Basic, Channel
+from conftest import require_server
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_amqp_transport import connect
+from workers import drain
+
+from worker_transport_amqp.decoding import Content, decode_basic_properties, frame_handler
+
+leaves = (st.none() | st.booleans() | st.integers(-(2**63) + 1, 2**63 - 1) | st.floats(allow_nan=False)
+          | st.text(max_size=30) | st.binary(max_size=30)
+          | st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2100, 1, 1)))
+keys = st.text(max_size=20) | st.binary(max_size=20)
+values = st.recursive(
+    leaves, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(keys, inner, max_size=5),
+    max_leaves=40)
+short = st.text(max_size=60)
+properties = st.fixed_dictionaries({}, optional={
+    "content_type": short, "content_encoding": short,
+    "application_headers": st.dictionaries(keys, values, max_size=25),
+    "delivery_mode": st.integers(0, 255), "priority": st.integers(0, 255),
+    "correlation_id": short, "reply_to": short, "expiration": short, "message_id": short,
+    "timestamp": st.integers(0, 2**63), "type": short, "user_id": short, "app_id": short,
+    "cluster_id": short,
+})
+
+
+def encoded(props: dict[str, Any]) -> bytes:
+    return bytes(Message(b"", **props)._serialize_properties())
+
+
+def outcome(decode: Any, raw: bytes) -> tuple[str, str]:
+    """What a decoder makes of ``raw``: the value's repr (types included), or the error type."""
+    try:
+        return "value", repr(decode(raw, 0))
+    except Exception as exc:
+        return "error", type(exc).__name__
+
+
+def celery_headers() -> dict[str, Any]:
+    task_id = str(uuid.uuid4())
+    return {"lang": "py", "task": "proj.add", "id": task_id, "shadow": None, "eta": None, "expires": None,
+            "group": None, "group_index": None, "retries": 0, "timelimit": [None, 30],
+            "root_id": task_id, "parent_id": None, "argsrepr": "(2, 2)", "kwargsrepr": "{}",
+            "origin": "gen1@host", "ignore_result": False, "stamped_headers": None, "stamps": {}}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(properties)
+def test_any_content_header_decodes_to_exactly_what_py_amqp_reads(props: dict[str, Any]) -> None:
+    raw = encoded(props)
+    ours = outcome(decode_basic_properties, raw)
+    assert ours == outcome(decode_properties_basic, raw)
+    assert ours[0] == "value"
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(properties, st.data())
+def test_a_broken_content_header_fails_or_decodes_as_py_amqp_has_it(props: dict[str, Any], data: Any) -> None:
+    raw = bytearray(encoded(props))
+    if data.draw(st.booleans(), label="truncate") or not raw:
+        raw = raw[:data.draw(st.integers(0, len(raw)), label="cut")]
+    else:
+        at = data.draw(st.integers(0, len(raw) - 1), label="at")
+        raw[at] = data.draw(st.integers(0, 255), label="byte")
+    assert outcome(decode_basic_properties, bytes(raw)) == outcome(decode_properties_basic, bytes(raw))
+
+
+def test_a_header_that_is_not_utf_8_keeps_py_amqps_bytes() -> None:
+    raw = encoded({"application_headers": {b"\xff\xfe": b"\xc3\x28", "task": "proj.add"}})
+    decoded, _ = decode_basic_properties(raw, 0)
+    assert decoded == {"application_headers": {b"\xff\xfe": b"\xc3\x28", "task": "proj.add"}}
+
+
+def frames_of(props: dict[str, Any], body: bytes, channel: int = 1,
+              chunk: int = 0) -> list[tuple[int, int, bytes]]:
+    """The frames RabbitMQ sends for one ``basic.deliver``, the body cut in ``chunk``-byte frames."""
+    method = struct.pack(">HH", *Basic.Deliver) + bytes(dumps("sLbss", ["ctag", 7, False, "ex", "rk"]))
+    header = struct.pack(">HHQ", Basic.CLASS_ID, 0, len(body)) + encoded(props)
+    frames = [(1, channel, method), (2, channel, header)]
+    step = chunk or max(len(body), 1)
+    frames += [(3, channel, body[i:i + step]) for i in range(0, len(body), step)]
+    return frames
+
+
+class FakeConnection:
+    bytes_recv = 0
+
+
+def test_the_frame_handler_hands_over_whole_messages_heartbeats_anywhere() -> None:
+    got: list[tuple[Any, ...]] = []
+    handle = frame_handler(FakeConnection(), lambda *args: got.append(args))
+    headers = celery_headers()
+    props = {"content_type": "application/json", "application_headers": headers}
+    frames = frames_of(props, b"x" * 10, chunk=4)
+    frames.insert(2, (8, 0, b""))  # a heartbeat between the header and the body
+    results = [handle(frame) for frame in frames]
+    assert results == [False, False, False, False, False, True]
+    [(channel, method, _, content)] = got
+    assert (channel, method) == (1, Basic.Deliver)
+    assert isinstance(content, Content)
+    assert content.body == b"x" * 10
+    assert content.properties == props
+    # a method without content goes straight through; an empty body needs no body frame
+    assert handle((1, 1, struct.pack(">HH", *Channel.CloseOk))) is True
+    assert got[-1][1] == Channel.CloseOk
+    assert [handle(frame) for frame in frames_of({}, b"", channel=2)] == [False, True]
+    assert got[-1][3].body == "" and got[-1][3].properties == {}  # py-amqp's empty body
+
+
+def test_a_frame_out_of_order_is_refused() -> None:
+    handle = frame_handler(FakeConnection(), lambda *args: None)
+    method, _, body = frames_of({}, b"abc")
+    with pytest.raises(UnexpectedFrame, match="expecting type: 1"):
+        handle(body)
+    handle(method)
+    with pytest.raises(UnexpectedFrame, match="expecting type: 2"):
+        handle(method)
+
+
+def test_celery_headers_come_through_rabbitmq_unchanged() -> None:
+    require_server(5672, "RabbitMQ")
+    headers = celery_headers()
+    headers.update({"nested": {"list": [1, "two", None, True, {"x": -(2**40)}]}, "ratio": 0.25})
+    name = f"wt-{uuid.uuid4().hex[:10]}"
+    got: list[Any] = []
+    with connect() as connection:
+        queue = kombu.Queue(name, routing_key=name)
+        try:
+            producer = kombu.Producer(connection.default_channel)
+            producer.publish({"n": 1}, exchange="", routing_key=name, declare=[queue], headers=headers)
+            consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=True,
+                                      callbacks=[lambda body, message: got.append((body, message.headers))])
+            with consumer:
+                drain(connection, lambda: got)
+        finally:
+            connection.default_channel.queue_delete(name)
+    assert got == [({"n": 1}, headers)]
