@@ -23,6 +23,7 @@ from conftest import require_server
 from faults import RedisServer, free_port
 from kombu.asynchronous import Hub
 from kombu.mixins import ConsumerMixin
+from workers import drain
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
@@ -92,17 +93,6 @@ def publish(connection: kombu.Connection, queue: kombu.Queue, count: int, start:
     for number in range(start, start + count):
         producer.publish({"n": number}, exchange="", routing_key=queue.name, declare=[queue],
                          priority=priority)
-
-
-def drain(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out draining events")
-        try:
-            connection.drain_events(timeout=0.2)
-        except TimeoutError:
-            pass
 
 
 def consume(connection: kombu.Connection, queues: list[kombu.Queue], on_message: Callable[[Any], None],
@@ -204,6 +194,51 @@ def test_messages_round_trip_on_a_kombu_hub(broker: Broker) -> None:
             next(turns)
         hub.close()
     assert got == list(range(31))
+
+
+class _CountingPoller:
+    """A hub's poller that counts registrations of descriptors it already polls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.polled, self.again = inner, set(), 0
+
+    def register(self, fd: Any, events: int) -> Any:
+        number = fd if isinstance(fd, int) else fd.fileno()
+        self.again += number in self.polled
+        self.polled.add(number)
+        return self.inner.register(fd, events)
+
+    def unregister(self, fd: Any) -> Any:
+        self.polled.discard(fd if isinstance(fd, int) else fd.fileno())
+        return self.inner.unregister(fd)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_loop_turns_do_not_register_the_redis_sockets_again(broker: Broker) -> None:
+    """kombu adds every Redis socket to the hub at every loop turn, which costs a failed
+    epoll_ctl and an exception each; only a socket the hub does not poll yet is added."""
+    queue, got = new_queue(), []
+    with broker.connect() as connection:
+        publish(connection, queue, 30)
+        consume(connection, [queue], lambda message: (got.append(message.payload["n"]), message.ack()), 8)
+        hub = Hub()
+        hub.poller = poller = _CountingPoller(hub.poller)
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        hub.call_repeatedly(0.01, lambda: None)  # short turns while idle
+        turns = hub.create_loop()
+        deadline = time.monotonic() + 10
+        while len(got) < 30 and time.monotonic() < deadline:
+            next(turns)
+        # kombu registers a new socket with the poller itself, the hub once more: that is all
+        registered = poller.again
+        for _ in range(20):
+            next(turns)
+        hub.close()
+    assert got == list(range(30))
+    assert poller.polled  # a Redis socket is polled
+    assert poller.again == registered
 
 
 def test_an_idle_consumer_wakes_within_milliseconds_of_a_publish(broker: Broker) -> None:
@@ -706,3 +741,13 @@ def test_transport_modules_load_kombus_redis_transport_only_when_connecting() ->
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env=dict(os.environ)).stdout
     assert output.strip() == "[]"
+
+
+def test_redis_pys_asyncio_client_loads_only_when_used() -> None:
+    code = ("import sys, worker_transport_redis.kombu_transport, kombu.transport.redis; "
+            "print('redis.asyncio.client' in sys.modules); "
+            "from redis.asyncio import Redis; import redis.asyncio; "
+            "print(Redis.__module__, redis.asyncio.Redis is Redis, redis.asyncio.ConnectionPool.__name__)")
+    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            env=dict(os.environ)).stdout
+    assert output.split("\n")[:2] == ["False", "redis.asyncio.client True ConnectionPool"]

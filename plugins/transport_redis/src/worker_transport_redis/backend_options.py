@@ -65,10 +65,10 @@ class BackendConfig:
             master.setdefault("password", password)
         if username is not None:
             master.setdefault("username", username)
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinel = Sentinel(
             sentinels, min_other_sentinels=self.options.get("min_other_sentinels", 0),
                             sentinel_kwargs=self.options.get("sentinel_kwargs"), **self.connection)
-        client = sentinel.master_for(self.options["master_name"], **master)  # type: ignore[no-untyped-call]
+        client = sentinel.master_for(self.options["master_name"], **master)
         return client.connection_pool
 
 

@@ -37,6 +37,10 @@ class MultiChannelPoller(redis.MultiChannelPoller):  # type: ignore[misc]
         return sock is not None and sock.fileno() not in self._paused_brpop
 
 
+#: how kombu's per-turn callback is named (registered by its ``register_with_event_loop``)
+_KOMBUS_POLL_START = "register_with_event_loop.<locals>.on_poll_start"
+
+
 class Transport(redis.Transport):  # type: ignore[misc]
     """kombu's Redis transport with batched fetches and acknowledgements."""
 
@@ -45,6 +49,26 @@ class Transport(redis.Transport):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cycle = MultiChannelPoller()
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        """kombu's registration, except that each loop turn adds the Redis sockets to the hub
+        only when they are not there yet: kombu adds every one at every turn, and the poller
+        answers each with a failed ``epoll_ctl`` (already registered) and an exception."""
+        super().register_with_event_loop(connection, loop)
+        kombus = [tick for tick in loop.on_tick
+                  if getattr(tick, "__qualname__", "").endswith(_KOMBUS_POLL_START)]
+        if len(kombus) != 1:
+            return  # a kombu that registers differently: keep its own
+        loop.on_tick.discard(kombus[0])
+        cycle, on_readable, readers, add_reader = self.cycle, self.on_readable, loop.readers, loop.add_reader
+
+        def on_poll_start() -> None:
+            cycle.on_poll_start()
+            for fd in cycle.fds:
+                if readers.get(fd) != (on_readable, (fd,)):
+                    add_reader(fd, on_readable, fd)
+
+        loop.on_tick.add(on_poll_start)
 
 
 class SentinelTransport(Transport):

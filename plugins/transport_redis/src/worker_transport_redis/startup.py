@@ -1,8 +1,11 @@
 """Keep ``import redis`` cheap: redis-py imports its asyncio client eagerly, which pulls in the
 whole of :mod:`asyncio` (tens of milliseconds at worker start-up) although neither kombu nor this
-plugin uses it. Registering ``redis.asyncio`` as a lazily loaded module before redis-py is
-imported keeps the name bound for anyone who does use it (first attribute access loads it
-fully) without paying for it otherwise.
+plugin uses it.
+
+``redis.asyncio`` is registered, before redis-py is imported, as a package whose body has not run
+yet: its ``__path__`` is there, so a submodule (redis-py 8's sync commands import
+``redis.asyncio.observability.recorder``) imports on its own without the client, and the first
+use of any other name runs the package body, so ``from redis.asyncio import Redis`` keeps working.
 """
 
 from __future__ import annotations
@@ -10,8 +13,29 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import types
+from importlib.machinery import ModuleSpec
+from typing import Any
 
 __all__ = ["defer_redis_asyncio"]
+
+
+class _DeferredPackage(types.ModuleType):
+    """A package whose ``__init__`` runs on the first access to a name it does not have yet."""
+
+    __loading = False
+
+    def __getattr__(self, name: str) -> Any:
+        spec: ModuleSpec = self.__spec__  # type: ignore[assignment]
+        if _DeferredPackage.__loading or spec.loader is None:
+            raise AttributeError(f"module {self.__name__!r} has no attribute {name!r}")
+        _DeferredPackage.__loading = True
+        try:
+            spec.loader.exec_module(self)
+        finally:
+            _DeferredPackage.__loading = False
+        self.__class__ = types.ModuleType  # type: ignore[assignment]  # an ordinary module from now on
+        return getattr(self, name)
 
 
 def defer_redis_asyncio() -> None:
@@ -29,7 +53,10 @@ def defer_redis_asyncio() -> None:
     )
     if spec is None or spec.loader is None:
         return
-    spec.loader = importlib.util.LazyLoader(spec.loader)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["redis.asyncio"] = module
-    spec.loader.exec_module(module)
+    module = _DeferredPackage(spec.name)
+    module.__spec__ = spec
+    module.__loader__ = spec.loader
+    module.__file__ = spec.origin
+    module.__path__ = list(spec.submodule_search_locations or ())
+    module.__package__ = spec.name
+    sys.modules[spec.name] = module
