@@ -14,7 +14,7 @@ from pathlib import Path
 # suite's caches out of the user's home.
 os.environ.setdefault("XDG_CACHE_HOME", tempfile.mkdtemp(prefix="worker-tests-cache-"))
 
-import pytest  # noqa: E402
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -118,6 +118,17 @@ def redis_url() -> str:
 
 
 @pytest.fixture
+def embedded_broker(tmp_path: Path) -> Iterator[str]:
+    """A queue file of the test's own, as ``apps.basic``'s broker (results off)."""
+    from apps import basic
+
+    url = f"embedded://{tmp_path}/queue.db"
+    basic.app.conf.update(broker_url=url, result_backend=None)
+    yield url
+    basic.app.close()
+
+
+@pytest.fixture
 def amqp_url() -> str:
     require_server(5672, "RabbitMQ")
     return AMQP_TEST_URL
@@ -149,8 +160,8 @@ class WorkerFactory:
         self.started.append(worker)
         return worker.wait_ready() if ready else worker
 
-    def start_celery(self, *args: str, app: str = "apps.celery_basic", broker: str, backend: str | None = None,
-                     pool: str = "solo", ready: bool = True):
+    def start_celery(self, *args: str, app: str = "apps.celery_basic", broker: str,
+                     backend: str | None = None, pool: str = "solo", ready: bool = True):
         from workers import CeleryWorkerProcess
 
         environment = dict(os.environ, PYTHONUNBUFFERED="1", CELERY_BROKER_URL=broker)
@@ -159,7 +170,8 @@ class WorkerFactory:
         log = self.tmp_path / f"celery-{len(self.started)}.log"
         worker = CeleryWorkerProcess(["-A", app, "worker", "-P", pool, "-l", "INFO", "--without-gossip",
                                       "--without-mingle", "--without-heartbeat",
-                                      "-n", f"celery-{uuid.uuid4().hex[:8]}@localhost", *args], environment, log)
+                                      "-n", f"celery-{uuid.uuid4().hex[:8]}@localhost", *args],
+                                     environment, log)
         self.started.append(worker)
         return worker.wait_ready() if ready else worker
 
@@ -168,8 +180,22 @@ class WorkerFactory:
             worker.kill()
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    item.stash.setdefault(_REPORTS, {})[report.when] = report
+    return report
+
+
+_REPORTS = pytest.StashKey[dict]()
+
+
 @pytest.fixture
-def workers(tmp_path: Path):
+def workers(request: pytest.FixtureRequest, tmp_path: Path):
     factory = WorkerFactory(tmp_path)
     yield factory
     factory.cleanup()
+    call = request.node.stash.get(_REPORTS, {}).get("call")
+    if call is not None and call.failed:  # the workers' logs go with the failure's report
+        for worker in factory.started:
+            print(f"--- {worker.log_path.name} ---\n{worker.log()[-20000:]}")

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -146,12 +147,7 @@ class TcpProxy:
             for pair in list(self.pairs):
                 if sock in pair:
                     self.pairs.remove(pair)
-                    for each in pair:
-                        try:
-                            each.shutdown(socket.SHUT_RDWR)
-                        except OSError:
-                            pass
-                        each.close()
+                    _close_all(pair)
 
     def cut(self) -> None:
         """Drop every connection and refuse new ones (the broker looks down)."""
@@ -159,12 +155,7 @@ class TcpProxy:
         with self.lock:
             pairs, self.pairs = self.pairs, []
         for pair in pairs:
-            for each in pair:
-                try:
-                    each.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-                each.close()
+            _close_all(pair)
 
     def blackhole(self) -> None:
         """Keep connections open but forward nothing (a hung network)."""
@@ -179,3 +170,12 @@ class TcpProxy:
         self.closed = True
         self.cut()
         self.listener.close()
+
+
+def _close_all(sockets: Iterable[socket.socket]) -> None:
+    for each in sockets:
+        try:
+            each.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        each.close()

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 TESTS = Path(__file__).resolve().parent
 
@@ -33,7 +34,7 @@ class WorkerProcess:
     def __init__(self, args: Sequence[str], env: dict[str, str], log_path: Path, cwd: Path = TESTS) -> None:
         self.args = list(args)
         self.log_path = log_path
-        self._log = open(log_path, "wb")
+        self._log = open(log_path, "wb")  # noqa: SIM115 - stays open for the process's life; closed later
         self.process = subprocess.Popen(
             [sys.executable, *self.program, *self.args],
             cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT,
@@ -89,6 +90,18 @@ class CeleryWorkerProcess(WorkerProcess):
     """A real ``celery worker`` (the celery package is a test dependency only)."""
 
     program = ("-m", "celery")
+
+
+def drain(connection: Any, until: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Drain ``connection``'s events until ``until()`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out draining events")
+        try:
+            connection.drain_events(timeout=0.2)
+        except TimeoutError:
+            pass
 
 
 def children_of(pid: int) -> list[int]:
