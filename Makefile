@@ -1,6 +1,7 @@
 # Set-up commands for a fresh machine. Each creates the virtualenv it needs.
 #   make demo   run a worker on the embedded transport (no server) and watch tasks complete
 #   make test   run the whole test suite (needs Redis and RabbitMQ on localhost)
+#   make bench  every benchmark in bench/, side by side with Celery (and Dramatiq on RabbitMQ)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -23,6 +24,20 @@ demo: venv
 
 test: venv
 	$(BIN)/python -m pytest
+
+REDIS_BENCH ?= redis://127.0.0.1:6379/15
+AMQP_BENCH ?= amqp://guest:guest@127.0.0.1:5672//
+
+bench: venv
+	$(BIN)/pip install --disable-pip-version-check -q -e ./core[bench]
+	for pool in prefork threads solo; do \
+	    c=2; [ $$pool = solo ] && c=1; \
+	    $(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P $$pool -c $$c --repeat 3 || exit 1; \
+	    $(BIN)/python bench/compare.py --broker $(AMQP_BENCH) -P $$pool -c $$c --repeat 3 --dramatiq || exit 1; \
+	done
+	$(BIN)/python bench/graph_resolution.py
+	$(BIN)/python bench/steps_graph.py
+	$(BIN)/python bench/autoscale.py --broker $(REDIS_BENCH)
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,24 +48,24 @@ def run(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer) -> 
     producer.purge()
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port), PYTHONPATH=str(APPS),
                AUTOSCALE_KEEPALIVE=str(args.keepalive))
-    log = Path("/tmp/bench-autoscale.log").open("ab")
-    process = subprocess.Popen(command(kind, args.autoscale), cwd=APPS, env=env, stdout=log,
-                               stderr=subprocess.STDOUT)
-    try:
-        wait_until(lambda: processes(process.pid) >= max(low, 1), 30)
-        time.sleep(3)  # idle, settled
-        sink.reset()
-        sent = time.monotonic()
-        for _ in range(args.burst):
-            producer.send("bench.sleep", (args.seconds,))
-        wait_until(lambda: processes(process.pid) >= high, 60)
-        absorb = time.monotonic() - sent
-        sink.wait(lambda: len(sink.noops) >= args.burst, 300)
-        done = time.monotonic()
-        give_back = wait_until(lambda: processes(process.pid) <= max(low, 1), 120)
-        return {"absorb": absorb, "burst": done - sent, "give_back": give_back}
-    finally:
-        stop(process)
+    with Path("/tmp/bench-autoscale.log").open("ab") as log:
+        process = subprocess.Popen(command(kind, args.autoscale), cwd=APPS, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT)
+        try:
+            wait_until(lambda: processes(process.pid) >= max(low, 1), 30)
+            time.sleep(3)  # idle, settled
+            sink.reset()
+            sent = time.monotonic()
+            for _ in range(args.burst):
+                producer.send("bench.sleep", (args.seconds,))
+            wait_until(lambda: processes(process.pid) >= high, 60)
+            absorb = time.monotonic() - sent
+            sink.wait(lambda: len(sink.noops) >= args.burst, 300)
+            done = time.monotonic()
+            give_back = wait_until(lambda: processes(process.pid) <= max(low, 1), 120)
+            return {"absorb": absorb, "burst": done - sent, "give_back": give_back}
+        finally:
+            stop(process)
 
 
 def main() -> None:
@@ -84,8 +83,8 @@ def main() -> None:
         for kind in ("worker", "celery") if repeat % 2 == 0 else ("celery", "worker"):
             results[kind].append(run(kind, args, sink, producer))
             print(f"  {kind}: {results[kind][-1]}", file=sys.stderr)
-    print(f"\nprefork --autoscale {args.autoscale}, AUTOSCALE_KEEPALIVE={args.keepalive:g}, burst of {args.burst} "
-          f"tasks of {args.seconds:g}s, {args.broker}, median of {args.repeat} runs")
+    print(f"\nprefork --autoscale {args.autoscale}, AUTOSCALE_KEEPALIVE={args.keepalive:g}, "
+          f"burst of {args.burst} tasks of {args.seconds:g}s, {args.broker}, median of {args.repeat} runs")
     print(f"{'':34}{'worker':>10}{'celery':>10}")
     for key, label in (("absorb", "burst to MAX processes (s)"), ("burst", "burst completed in (s)"),
                        ("give_back", "last task to MIN processes (s)")):

@@ -7,11 +7,14 @@ time, CPU per task, memory.
 
 Dramatiq runs ``--processes N --threads 1`` for prefork, ``--processes 1 --threads N`` for threads
 and ``--processes 1 --threads 1`` for solo, with its own client (its message format differs).
+Both workers dispatch to prefork children with fair scheduling, their default; ``-O fcfs`` runs
+this worker with ``-O fcfs`` and Celery with its equivalent, ``-O default``.
 
 How it measures (the same way for both workers; the Celery worker runs with gossip, mingle and
 heartbeats off, features this worker does not have):
 
-- start-up: one task is queued, then the worker is spawned; the time until that task starts;
+- start-up: one task is queued, then the worker is spawned; the time until that task starts
+  (every contender's code is byte-compiled first, as a regular install leaves it);
 - latency: on the idle worker, one task at a time, from the moment the producer's publish call
   returned (the broker has the message) to the task's first line (p50 and p99 of ``--samples``
   tasks); "with the publish" also counts the publish call itself (the same client for both);
@@ -152,23 +155,23 @@ class Producer:
             queue.purge()
 
 
-def command(kind: str, pool: str, concurrency: int) -> list[str]:
+def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") -> list[str]:
     if kind == "dramatiq":
         processes, threads = {"prefork": (concurrency, 1), "threads": (1, concurrency)}.get(pool, (1, 1))
         return [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", str(processes),
                 "--threads", str(threads), "--queues", "bench_dramatiq"]
     if kind == "celery":
-        return [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool, "-c", str(concurrency),
-                "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle", "--without-heartbeat",
-                "-O", "fair"]
-    return [sys.executable, "-m", "worker_core", "worker", "-A", "worker_app", "-P", pool, "-c", str(concurrency),
-            "-Q", QUEUE, "-l", "WARNING"]
+        return [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool,
+                "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
+                "--without-heartbeat", "-O", "fair" if scheduling == "fair" else "default"]
+    return [sys.executable, "-m", "worker_core", "worker", "-A", "worker_app", "-P", pool,
+            "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "-O", scheduling]
 
 
 def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port),
                PYTHONPATH=str(APPS))
-    return subprocess.Popen(command(kind, args.pool, args.concurrency), cwd=APPS, env=env,
+    return subprocess.Popen(command(kind, args.pool, args.concurrency, args.scheduling), cwd=APPS, env=env,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
 
@@ -245,6 +248,21 @@ ROWS = [
 ]
 
 
+def compile_sources() -> None:
+    """Byte-compile every contender's code first, as a regular (non-editable) install would: with
+    PYTHONDONTWRITEBYTECODE set, an editable checkout is otherwise compiled again at every start."""
+    import compileall
+    import importlib.util
+
+    for name in ("worker_core", "worker_pool_prefork", "worker_pool_threads", "worker_transport_redis",
+                 "worker_transport_amqp", "celery", "kombu", "billiard", "dramatiq"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            for location in spec.submodule_search_locations:
+                compileall.compile_dir(location, quiet=1)
+    compileall.compile_dir(str(APPS), quiet=1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/15")
@@ -253,10 +271,13 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=20000)
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--scheduling", "-O", choices=("fair", "fcfs"), default="fair",
+                        help="prefork dispatch: fair (both workers' default) or fcfs (Celery's -O default)")
     parser.add_argument("--only", choices=("worker", "celery", "dramatiq"))
     parser.add_argument("--dramatiq", action="store_true", help="also run Dramatiq (RabbitMQ only)")
     args = parser.parse_args()
 
+    compile_sources()
     sink = Sink()
     ours = Producer(args.broker)
     log = Path(os.environ.get("BENCH_LOG", "/tmp/bench-compare.log"))
@@ -269,10 +290,12 @@ def main() -> None:
             runs[kind].append(measure(kind, args, sink, producers[kind], log))
             print(f"  run {repeat + 1}/{args.repeat} {kind}: "
                   + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()), file=sys.stderr)
-    median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]} for kind in kinds}
+    median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]}
+              for kind in kinds}
 
     print(f"\nbroker {args.broker}, pool {args.pool}, concurrency {args.concurrency}, "
-          f"{args.tasks} no-op tasks, {args.samples} latency samples, median of {args.repeat} runs")
+          f"scheduling {args.scheduling}, {args.tasks} no-op tasks, {args.samples} latency samples, "
+          f"median of {args.repeat} runs")
     others = [kind for kind in kinds if kind != "worker"] if "worker" in kinds else []
     header = f"{'':38}" + "".join(f"{kind:>12}" for kind in kinds)
     header += "".join(f"{'vs ' + other:>13}" for other in others)

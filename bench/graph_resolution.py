@@ -73,20 +73,21 @@ def main() -> None:
         with_celery = True
     except ImportError:
         with_celery = False
-    print(f"{'steps':>8}  {'worker (ms)':>12}" + (f"  {'celery (ms)':>12}  {'ratio':>7}" if with_celery else ""))
+    print(f"{'steps':>8}  {'worker (ms)':>12}"
+          + (f"  {'celery (ms)':>12}  {'ratio':>7}" if with_celery else ""))
     sys.setrecursionlimit(100_000)  # Celery's topological sort recurses along the graph
     for size in (int(s) for s in args.sizes.split(",")):
         dag = synthetic_dag(size)
         steps = our_steps(dag)
-        ours = best(args.repeat, lambda: resolve("bench", steps, options))
+        ours = best(args.repeat, lambda steps=steps: resolve("bench", steps, options))
         line = f"{size:>8}  {ours * 1000:>12.2f}"
         if with_celery:
-            def theirs_once() -> None:
+            def theirs_once(dag: list[tuple[str, list[str]]] = dag) -> None:
                 blueprint = celery_blueprint(dag)
                 blueprint.steps = blueprint.claim_steps()
                 blueprint._finalize_steps(blueprint.steps)
 
-            build = best(args.repeat, lambda: celery_blueprint(dag))
+            build = best(args.repeat, lambda dag=dag: celery_blueprint(dag))
             theirs = max(best(args.repeat, theirs_once) - build, 0.0)
             line += f"  {theirs * 1000:>12.2f}  {theirs / ours:>6.1f}x"
         print(line)

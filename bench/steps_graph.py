@@ -31,7 +31,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
-    ours = wall([sys.executable, "-m", "worker_core", "steps", "--graph", "-P", "prefork", "-c", "2"], args.repeat)
+    ours = wall([sys.executable, "-m", "worker_core", "steps", "--graph", "-P", "prefork", "-c", "2"],
+                args.repeat)
     theirs = wall([sys.executable, "-m", "celery", "-A", "celery_app", "graph", "bootsteps"], args.repeat)
     print(f"workerctl steps --graph    {ours * 1000:8.1f} ms")
     print(f"celery graph bootsteps     {theirs * 1000:8.1f} ms")

@@ -2,12 +2,12 @@
 
 import os
 
+import sink
 from celery import Celery
 
-import sink
-
 app = Celery("bench", broker=os.environ["BENCH_BROKER"])
-app.conf.update(task_ignore_result=True, worker_hijack_root_logger=False, broker_connection_retry_on_startup=True)
+app.conf.update(task_ignore_result=True, worker_hijack_root_logger=False,
+                broker_connection_retry_on_startup=True)
 
 
 @app.task(name="bench.noop", ignore_result=True)

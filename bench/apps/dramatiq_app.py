@@ -3,9 +3,8 @@
 import os
 
 import dramatiq
-from dramatiq.brokers.rabbitmq import RabbitmqBroker
-
 import sink
+from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
 #: Dramatiq declares its queues with dead-letter arguments, so it gets a queue of its own.
 QUEUE = "bench_dramatiq"

@@ -3,6 +3,7 @@
 import os
 
 import sink
+
 from worker_core import App
 
 app = App("bench", broker=os.environ["BENCH_BROKER"], task_ignore_result=True)
