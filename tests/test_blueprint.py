@@ -52,7 +52,8 @@ def test_terminate_runs_in_reverse_too():
 
 def test_a_failed_start_unwinds_the_started_steps_in_reverse_and_raises():
     events: list[str] = []
-    bp = blueprint(Recording("A"), Recording("B", requires=["A"]), Recording("C", requires=["B"], fail_start=True))
+    bp = blueprint(Recording("A"), Recording("B", requires=["A"]),
+                   Recording("C", requires=["B"], fail_start=True))
     with pytest.raises(RuntimeError, match="C cannot start"):
         bp.start(events)
     assert events == ["start A", "start B", "terminate B", "terminate A"]

@@ -373,6 +373,7 @@ def test_two_consumer_processes_never_receive_the_same_message(transport: Embedd
         def on_message(body, message):
             got.append(body)
             message.ack()
+            time.sleep(0.002)  # one process alone needs a second: time for the other to join
         with kombu.Consumer(connection, [queue], callbacks=[on_message], prefetch_count=10):
             print("ready", flush=True)
             sys.stdin.readline()

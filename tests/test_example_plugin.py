@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from conftest import REPO
+
 from worker_core.testing import pool_contract
 
 sys.path.insert(0, str(REPO / "examples" / "plugin" / "src"))
-from worker_liveness.pool import TimedPool  # noqa: E402
+from worker_liveness.pool import TimedPool
 
 
 @pytest.mark.parametrize("check", pool_contract.CHECKS, ids=pool_contract.check_name)

@@ -7,7 +7,6 @@ import time
 import uuid
 
 import pytest
-
 from apps import basic
 from conftest import REDIS_TEST_URL
 
@@ -50,7 +49,8 @@ def our_client(broker: str):
     basic.app.close()
 
 
-def test_a_celery_client_feeds_our_worker_and_reads_values_and_exceptions(workers, broker, queue, celery_client):
+def test_a_celery_client_feeds_our_worker_and_reads_values_and_exceptions(
+        workers, broker, queue, celery_client):
     from celery.exceptions import TaskRevokedError
 
     workers.start("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
@@ -92,7 +92,8 @@ def test_a_celery_clients_get_wakes_on_our_result_without_polling(workers, broke
     assert time.monotonic() - started < 2
 
 
-def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(workers, broker, queue, celery_client):
+def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
+        workers, broker, queue, celery_client):
     from worker_core import App
     from worker_core.control.client import broadcast
 

@@ -263,7 +263,8 @@ def test_fcfs_scheduling_queues_jobs_behind_a_busy_child(release: str) -> None:
     with run_pool(PoolOptions(concurrency=2, scheduling="fcfs"), "thread") as runner:
         long = runner.submit(jobs.wait_for_path, (release,)).wait_accepted()
         short = [runner.submit(jobs.add, (index, 1)) for index in range(6)]
-        time.sleep(0.3)
+        wait_for(lambda: sum(probe.done.is_set() for probe in short) >= 3, "the idle child ran no job")
+        time.sleep(0.2)  # time enough for the idle child to take more, were any written to it
         waiting = [probe for probe in short if not probe.done.is_set()]
         assert len(waiting) == 3  # every other job went to the busy child
         Path(release).touch()

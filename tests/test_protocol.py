@@ -66,7 +66,9 @@ def test_a_version_1_body_is_read():
     body = {"task": "proj.add", "id": "v1-id", "args": [1, 2], "kwargs": {"k": 3}, "retries": 0,
             "eta": None, "expires": None, "timelimit": [None, None]}
     envelope = decode({}, body)
-    assert (envelope.name, envelope.id, envelope.args, envelope.kwargs) == ("proj.add", "v1-id", [1, 2], {"k": 3})
+    assert (envelope.name, envelope.id, envelope.args, envelope.kwargs) == (
+        "proj.add", "v1-id", [1, 2], {"k": 3}
+    )
 
 
 def test_a_celery_send_task_message_with_null_ignore_result_is_read():

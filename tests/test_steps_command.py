@@ -53,7 +53,9 @@ def test_without_autoscale_there_is_no_autoscaler():
 def test_the_hub_is_part_of_the_worker_only_under_the_async_loop():
     assert "Hub" not in steps_json("-P", "solo")["worker"]["order"]  # embedded: sync loop
     assert "Hub" in steps_json("-P", "solo", "-b", "redis://127.0.0.1:6379/0")["worker"]["order"]
-    assert "Hub" not in steps_json("-P", "solo", "-b", "redis://127.0.0.1:6379/0", "--loop", "sync")["worker"]["order"]
+    assert "Hub" not in steps_json(
+        "-P", "solo", "-b", "redis://127.0.0.1:6379/0", "--loop", "sync"
+    )["worker"]["order"]
 
 
 def test_graph_is_dot_by_default_and_marks_last_conditional_and_provider():

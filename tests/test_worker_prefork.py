@@ -2,30 +2,22 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
-
 from apps import basic
-from worker_core.exceptions import TimeLimitExceeded, WorkerLostError
 from workers import TESTS, children_of, wait_for
 
-
-@pytest.fixture
-def broker(tmp_path: Path) -> str:
-    url = f"embedded://{tmp_path}/queue.db"
-    basic.app.conf.update(broker_url=url, result_backend=None)
-    yield url
-    basic.app.close()
+from worker_core.exceptions import TimeLimitExceeded, WorkerLostError
 
 
 @pytest.fixture
-def start(workers, broker):
+def start(workers, embedded_broker):
     def start(*args: str):
-        return workers.start("-c", "2", *args, pool="prefork", broker=broker, env={"PYTHONPATH": str(TESTS)})
+        return workers.start("-c", "2", *args, pool="prefork", broker=embedded_broker,
+                             env={"PYTHONPATH": str(TESTS)})
 
     return start
 
@@ -85,7 +77,10 @@ def test_warm_shutdown_leaves_no_child_processes(start):
     assert len(children) == 2
     assert worker.stop(signal.SIGTERM) == 0
     for child in children:
-        assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+        assert (
+            not Path(f"/proc/{child}").exists()
+            or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+        )
 
 
 def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_path):
@@ -98,13 +93,13 @@ def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_p
     worker.signal(signal.SIGQUIT)
     assert worker.process.wait(timeout=15) == 0
     for child in children:
-        wait_for(lambda: not Path(f"/proc/{child}").exists(), message=f"child {child} to exit")
+        wait_for(lambda child=child: not Path(f"/proc/{child}").exists(), message=f"child {child} to exit")
     assert basic.lines(proof) == []
     start()
     assert result.get(timeout=30) == "late"
 
 
-def test_the_pool_grows_and_shrinks_on_command_under_load(start, broker):
+def test_the_pool_grows_and_shrinks_on_command_under_load(start, embedded_broker):
     from worker_core.control.client import broadcast
 
     worker = start()
@@ -119,12 +114,14 @@ def test_the_pool_grows_and_shrinks_on_command_under_load(start, broker):
     assert basic.add.delay(3, 4).get(timeout=30) == 7
 
 
-def test_a_task_that_kills_its_process_every_time_stops_after_the_redelivery_limit(workers, broker, tmp_path):
-    worker = workers.start("-c", "2", pool="prefork", broker=broker,
+def test_a_task_that_kills_its_process_every_time_stops_after_the_redelivery_limit(
+        workers, embedded_broker, tmp_path):
+    worker = workers.start("-c", "2", pool="prefork", broker=embedded_broker,
                            env={"PYTHONPATH": str(TESTS), "WORKER_WORKER_REDELIVERY_LIMIT": "3"})
     counter = tmp_path / "runs"
     result = basic.always_die.delay(str(counter))
-    with pytest.raises(WorkerLostError, match=r"died 4 times, so it is not run again \(worker_redelivery_limit=3\)"):
+    with pytest.raises(WorkerLostError,
+                       match=r"died 4 times, so it is not run again \(worker_redelivery_limit=3\)"):
         result.get(timeout=60)
     assert counter.read_text() == "xxxx"  # the first run and three more
     assert worker.log().count("sending it again") == 3

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 
 from .exceptions import ConfigurationError
 
-__all__ = ["RoundRobin", "Shuffle", "Priority"]
+__all__ = ["Priority", "RoundRobin", "Shuffle"]
 
 
 class _Strategy:

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 PROJECT = "worker"
 
-#: Marks a hook specification (used only in this module).
+#: Marks a hook specification (used only in this module). pluggy never calls a specification, so
+#: the ones that declare a return value have only a docstring (hence ``type: ignore[empty-body]``).
 hookspec = pluggy.HookspecMarker(PROJECT)
 
 #: Marks a hook implementation in a plugin: ``@hookimpl def worker_bootsteps(blueprint): ...``
@@ -35,7 +36,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 @hookspec
-def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:
+def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:  # type: ignore[empty-body]
     """Contribute bootsteps to a blueprint.
 
     Called once per blueprint when the worker (or ``workerctl steps``) resolves the graph, before
@@ -51,7 +52,7 @@ def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:
 
 
 @hookspec
-def worker_options() -> Sequence[OptionSpec]:
+def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
     """Declare options of this plugin.
 
     Called when the command line is built, so the options appear in ``workerctl worker --help``
@@ -156,7 +157,7 @@ def task_revoked(request: Any, reason: str) -> None:
 
 
 @hookspec
-def worker_control_commands() -> Mapping[str, Any]:
+def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
     """Contribute remote-control commands (``workerctl control NAME``).
 
     :return: a mapping of command name to a callable ``handler(worker, **arguments) -> reply``.

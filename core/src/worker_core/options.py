@@ -88,7 +88,8 @@ def _one_of(name: str, choices: Sequence[str]) -> Callable[[Any, attrs.Attribute
     def check(_inst: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
         if value not in choices:
             raise ConfigurationError(
-                f"{name} must be one of {', '.join(choices)} (got {value!r}).{did_you_mean(str(value), choices)}"
+                f"{name} must be one of {', '.join(choices)} (got {value!r})."
+                f"{did_you_mean(str(value), choices)}"
             )
 
     return check

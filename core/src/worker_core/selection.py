@@ -13,7 +13,7 @@ from .options import WorkerOptions, scheme_of
 from .plugins.entrypoints import PluginEntry
 from .plugins.manager import PluginManager
 
-__all__ = ["Selection", "select", "DEFAULT_BROKER", "redact"]
+__all__ = ["DEFAULT_BROKER", "Selection", "redact", "select"]
 
 logger = logging.getLogger("worker")
 
@@ -26,7 +26,7 @@ def redact(url: str) -> str:
     scheme, sep, rest = url.partition("://")
     if not sep or "@" not in rest:
         return url
-    credentials, at, host = rest.rpartition("@")
+    credentials, _at, host = rest.rpartition("@")
     user, colon, _password = credentials.partition(":")
     return f"{scheme}://{user}{':**' if colon else ''}@{host}"
 

@@ -8,7 +8,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, overload
+from typing import TYPE_CHECKING, Any, overload
 
 from ..exceptions import ConfigurationError, NotRegistered
 from ..options import did_you_mean, parse_brokers, scheme_of
@@ -20,6 +20,10 @@ from .context import current_context
 from .result import AsyncResult
 from .settings import Settings, check_names, from_object, settings_from
 from .task import Task
+
+if TYPE_CHECKING:
+    # Inside App the name AsyncResult is the method, so annotations there use this alias.
+    from .result import AsyncResult as _AsyncResult
 
 __all__ = ["App", "Config"]
 
@@ -235,7 +239,7 @@ class App:
         group_id: str | None = None,
         serializer: str | None = None,
         shadow: str | None = None,
-    ) -> AsyncResult:
+    ) -> _AsyncResult:
         """Send a task by name (it need not be registered here) and return its result handle."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"task name must be a non-empty string (got {name!r})")

@@ -12,6 +12,10 @@ from ..plugins.manager import PluginManager
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from kombu.connection import Connection
+    from kombu.entity import Queue
+    from kombu.messaging import Producer
+
     from .base import App
 
 __all__ = ["connect_for_publishing", "connection_for", "task_queue", "transport_for"]
@@ -22,13 +26,15 @@ def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Any:
     return plugins.slot("transport", scheme_of(url))(url, settings)
 
 
-def connection_for(plugins: PluginManager, url: str, settings: Settings, **extra: Any) -> kombu.Connection:
+def connection_for(plugins: PluginManager, url: str, settings: Settings, **extra: Any) -> Connection:
     """A (not yet connected) kombu connection to ``url`` through its transport plugin."""
     transport = transport_for(plugins, url, settings)
     options = dict(transport.connection_options())
     options.setdefault("connect_timeout", settings.broker_connection_timeout)
     options.update(extra)
-    return kombu.Connection(url, transport=transport.kombu_transport(), **options)
+    return kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
+        url, transport=transport.kombu_transport(), **options
+    )
 
 
 def _failover(plugins: PluginManager, name: str) -> Any:
@@ -36,7 +42,7 @@ def _failover(plugins: PluginManager, name: str) -> Any:
     return lambda urls: iter(strategy(list(urls)))
 
 
-def connect_for_publishing(app: App) -> tuple[kombu.Connection, kombu.Producer]:
+def connect_for_publishing(app: App) -> tuple[Connection, Producer]:
     """A connection and producer for this thread, failing over between the broker URLs."""
     urls: Sequence[str] = app.broker_urls
     settings = app.settings
@@ -45,15 +51,19 @@ def connect_for_publishing(app: App) -> tuple[kombu.Connection, kombu.Producer]:
     options.setdefault("connect_timeout", settings.broker_connection_timeout)
     if len(urls) > 1:
         options["failover_strategy"] = _failover(app.plugins, settings.broker_failover_strategy)
-    connection = kombu.Connection(";".join(urls), transport=transport.kombu_transport(), **options)
-    return connection, kombu.Producer(connection)
+    connection = kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
+        ";".join(urls), transport=transport.kombu_transport(), **options
+    )
+    return connection, kombu.Producer(connection)  # type: ignore[attr-defined,no-untyped-call]
 
 
-def task_queue(name: str, settings: Settings) -> kombu.Queue:
+def task_queue(name: str, settings: Settings) -> Queue:
     """A task queue declared exactly as Celery declares it: a durable queue bound to a direct
     exchange of the same name, so Celery and this worker can share it on RabbitMQ."""
     arguments = {}
     if settings.task_queue_max_priority is not None:
         arguments["x-max-priority"] = settings.task_queue_max_priority
-    return kombu.Queue(name, kombu.Exchange(name, type="direct"), routing_key=name,
-                       queue_arguments=arguments or None)
+    return kombu.Queue(  # type: ignore[attr-defined,no-untyped-call]
+        name, kombu.Exchange(name, type="direct"),  # type: ignore[attr-defined,no-untyped-call]
+        routing_key=name, queue_arguments=arguments or None,
+    )

@@ -35,7 +35,9 @@ def load_app(spec: str) -> App:
             f"the app module {module_name!r} failed to import: {_last_line(exc)}"
         ) from None
     except Exception as exc:
-        raise ConfigurationError(f"the app module {module_name!r} failed to import: {_last_line(exc)}") from None
+        raise ConfigurationError(
+            f"the app module {module_name!r} failed to import: {_last_line(exc)}"
+        ) from None
     if attribute:
         app = getattr(module, attribute, None)
         if not isinstance(app, App):

@@ -28,7 +28,7 @@ class AsyncResult:
     def _meta(self) -> Mapping[str, Any]:
         if self._ready_meta is not None:
             return self._ready_meta
-        meta = self.app.backend.get_task_meta(self.id)
+        meta: Mapping[str, Any] = self.app.backend.get_task_meta(self.id)
         if meta.get("status") in READY_STATES:
             self._ready_meta = meta
         return meta

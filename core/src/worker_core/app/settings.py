@@ -46,7 +46,9 @@ def _check(kind: type | tuple[type, ...], *, optional: bool = False, minimum: fl
                 + ("; use None for no limit" if optional else "")
             )
         if minimum is not None and value < minimum:
-            raise ConfigurationError(f"setting {attribute.name!r} must be at least {minimum:g} (got {value!r})")
+            raise ConfigurationError(
+                f"setting {attribute.name!r} must be at least {minimum:g} (got {value!r})"
+            )
 
     return check
 
@@ -117,7 +119,8 @@ class Settings:
 
     # -- results
     result_backend: str | None = attrs.field(default=None, validator=_check(str, optional=True))
-    result_expires: float | None = attrs.field(default=86400.0, validator=_check(NUMBER, optional=True, minimum=0))
+    result_expires: float | None = attrs.field(default=86400.0,
+                                               validator=_check(NUMBER, optional=True, minimum=0))
     result_extended: bool = attrs.field(default=False, validator=_check(bool))
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
@@ -127,22 +130,26 @@ class Settings:
     task_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     accept_content: tuple[str, ...] = attrs.field(default=("json",), converter=_to_tuple, validator=_strings)
     task_default_queue: str = attrs.field(default="celery", validator=[_check(str), _name])
-    task_default_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
-    task_queue_max_priority: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=0))
+    task_default_priority: int | None = attrs.field(default=None,
+                                                    validator=_check(int, optional=True, minimum=0))
+    task_queue_max_priority: int | None = attrs.field(default=None,
+                                                      validator=_check(int, optional=True, minimum=0))
     task_routes: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict, validator=_check(dict))
     task_acks_late: bool = attrs.field(default=False, validator=_check(bool))
     task_reject_on_worker_lost: bool | None = attrs.field(default=None, validator=_check(bool, optional=True))
     task_acks_on_failure_or_timeout: bool = attrs.field(default=True, validator=_check(bool))
     task_ignore_result: bool = attrs.field(default=False, validator=_check(bool))
     task_track_started: bool = attrs.field(default=False, validator=_check(bool))
-    task_time_limit: float | None = attrs.field(default=None, validator=_check(NUMBER, optional=True, minimum=0))
+    task_time_limit: float | None = attrs.field(default=None,
+                                                validator=_check(NUMBER, optional=True, minimum=0))
     task_soft_time_limit: float | None = attrs.field(default=None,
                                                     validator=_check(NUMBER, optional=True, minimum=0))
     task_default_retry_delay: float = attrs.field(default=180.0, validator=_check(NUMBER, minimum=0))
     task_publish_retry: bool = attrs.field(default=True, validator=_check(bool))
 
     # -- worker
-    worker_concurrency: int | None = attrs.field(default=None, validator=_check(int, optional=True, minimum=1))
+    worker_concurrency: int | None = attrs.field(default=None,
+                                                 validator=_check(int, optional=True, minimum=1))
     worker_pool: str | None = attrs.field(default=None, validator=_check(str, optional=True))
     worker_prefetch_multiplier: int = attrs.field(default=4, validator=_check(int, minimum=1))
     worker_max_tasks_per_child: int | None = attrs.field(default=None,
@@ -154,7 +161,8 @@ class Settings:
                                                                            validator=_check(bool))
     #: times a task whose process died (``acks_late`` + ``reject_on_worker_lost``) is sent again
     #: before it fails for good; None sends it again forever, as Celery does
-    worker_redelivery_limit: int | None = attrs.field(default=5, validator=_check(int, optional=True, minimum=1))
+    worker_redelivery_limit: int | None = attrs.field(default=5,
+                                                      validator=_check(int, optional=True, minimum=1))
     worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
     worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
@@ -209,7 +217,9 @@ def _from_text(name: str, text: str) -> Any:
         try:
             return int(text)
         except ValueError:
-            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a whole number (got {text!r})") from None
+            raise ConfigurationError(
+                f"{ENV_PREFIX}{name.upper()} must be a whole number (got {text!r})"
+            ) from None
     if kind.startswith("float"):
         try:
             return float(text)

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["Task", "backoff_countdown"]
 
 
-def backoff_countdown(factor: float, retries: int, maximum: float, full_jitter: bool, rng: random.Random | None = None) -> float:
+def backoff_countdown(
+    factor: float, retries: int, maximum: float, full_jitter: bool, rng: random.Random | None = None
+) -> float:
     """Seconds before retry number ``retries + 1``: ``min(maximum, factor * 2**retries)``, and
     with full jitter a random whole number of seconds from 0 to that."""
     countdown = min(maximum, factor * (2**retries))
@@ -129,8 +131,8 @@ class Task:
                 self.retry_backoff = float(_optional_number("retry_backoff", retry_backoff) or 0)
             self.retry_backoff_max = float(_optional_number("retry_backoff_max", retry_backoff_max) or 0)
             self.retry_jitter = _bool("retry_jitter", retry_jitter)
-            self._time_limit = _optional_number("time_limit", time_limit)
-            self._soft_time_limit = _optional_number("soft_time_limit", soft_time_limit)
+            self._time_limit: float | None = _optional_number("time_limit", time_limit)
+            self._soft_time_limit: float | None = _optional_number("soft_time_limit", soft_time_limit)
             if time_limit and soft_time_limit and soft_time_limit >= time_limit:
                 raise ConfigurationError(
                     f"soft_time_limit ({soft_time_limit:g}s) must be shorter than time_limit "
@@ -148,7 +150,7 @@ class Task:
             self.serializer = _optional_name("serializer", serializer)
         except ConfigurationError as exc:
             raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
-        functools.update_wrapper(self, fun)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fun)
 
     # -- options that follow the app's settings ------------------------------------------------
 

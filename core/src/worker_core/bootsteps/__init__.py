@@ -15,4 +15,4 @@ def render(*args: Any, **kwargs: Any) -> str:
 
     return _render(*args, **kwargs)
 
-__all__ = ["Blueprint", "Condition", "Edge", "FORMATS", "Provider", "Step", "StepGraph", "render", "resolve"]
+__all__ = ["FORMATS", "Blueprint", "Condition", "Edge", "Provider", "Step", "StepGraph", "render", "resolve"]

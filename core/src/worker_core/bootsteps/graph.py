@@ -15,7 +15,7 @@ from .step import Step
 if TYPE_CHECKING:
     from ..options import WorkerOptions
 
-__all__ = ["Provider", "Edge", "StepGraph", "resolve"]
+__all__ = ["Edge", "Provider", "StepGraph", "resolve"]
 
 
 @attrs.frozen
@@ -98,14 +98,13 @@ def resolve(
                 f"rename one of them or block one plugin with -p no:NAME"
             )
         index[step.name] = position
-    providers_by_name = {step.name: p for step, p in zip(steps, given) if p is not None}
-    providers = providers_by_name
+    providers_by_name = {step.name: p for step, p in zip(steps, given, strict=True) if p is not None}
 
     lasts = [step.name for step in steps if step.last]
     if len(lasts) > 1:
         raise StepConflictError(
             f"the {blueprint} blueprint has more than one last step: "
-            + ", ".join(_who(name, providers) for name in lasts)
+            + ", ".join(_who(name, providers_by_name) for name in lasts)
             + "; only one step may be last"
         )
 
@@ -117,7 +116,7 @@ def resolve(
             target = index.get(required)
             if target is None:
                 raise StepMissingError(
-                    f"{_who(step.name, providers)} requires {required!r}, which no plugin provides "
+                    f"{_who(step.name, providers_by_name)} requires {required!r}, which no plugin provides "
                     f"in the {blueprint} blueprint.{did_you_mean(required, index)} "
                     f"Install the plugin that provides it or remove the requirement."
                 )
@@ -133,7 +132,7 @@ def resolve(
         for step in steps:
             if lasts[0] in step.requires or lasts[0] in step.after:
                 raise StepCycleError(
-                    f"{_who(step.name, providers)} wants to start after {lasts[0]!r}, but "
+                    f"{_who(step.name, providers_by_name)} wants to start after {lasts[0]!r}, but "
                     f"{lasts[0]!r} is the last step of the {blueprint} blueprint and starts after "
                     f"every other step. Remove that requirement."
                 )
@@ -142,7 +141,7 @@ def resolve(
                 before[last].append(position)
                 edges.append(Edge(lasts[0], steps[position].name, "last"))
 
-    order = _toposort(blueprint, steps, before, providers)
+    order = _toposort(blueprint, steps, before, providers_by_name)
 
     # Disable steps whose condition fails, then everything that requires a disabled step.
     disabled: dict[int, str] = {}
@@ -162,7 +161,7 @@ def resolve(
         order=tuple(steps[p] for p in order if p not in disabled),
         disabled=tuple((steps[p], reason) for p, reason in disabled.items()),
         edges=tuple(edges),
-        providers=providers,
+        providers=providers_by_name,
     )
 
 
@@ -211,4 +210,4 @@ def _find_cycle(before: list[list[int]], stuck: set[int]) -> list[int]:
         seen[node] = len(path)
         path.append(node)
         node = min(dep for dep in before[node] if dep in stuck)
-    return path[seen[node]:] + [node]
+    return [*path[seen[node]:], node]

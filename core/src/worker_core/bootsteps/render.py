@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from .graph import StepGraph
@@ -166,7 +167,7 @@ def _dot(graphs: Sequence[StepGraph], view: _View, title: str) -> str:
             out.append(
                 f"    {_q(graph.blueprint + ':' + source)} -> {_q(graph.blueprint + ':' + target)}{style};"
             )
-    for outer, inner in zip(graphs, graphs[1:]):
+    for outer, inner in pairwise(graphs):
         host, first = _last_step(outer), _first_step(inner)
         if host and first:
             out.append(
@@ -212,7 +213,7 @@ def _mermaid(graphs: Sequence[StepGraph], view: _View, title: str) -> str:
         for source, target, kind in _shown_edges(graph, names):
             arrow = {"requires": "-->", "after": "-.->|after|", "last": "-.-"}[kind]
             out.append(f"    {_mid(graph.blueprint, source)} {arrow} {_mid(graph.blueprint, target)}")
-    for outer, inner in zip(graphs, graphs[1:]):
+    for outer, inner in pairwise(graphs):
         host, first = _last_step(outer), _first_step(inner)
         if host and first:
             out.append(f"    {_mid(inner.blueprint, first)} -.->|runs inside| {_mid(outer.blueprint, host)}")
@@ -242,7 +243,8 @@ def _text(graphs: Sequence[StepGraph], view: _View) -> str:
                 notes.append("last")
             detail = "; ".join(notes)
             out.append(
-                f"  {position:>3}. {_display(step):<{width}}  {provider or '-'}" + (f"  [{detail}]" if detail else "")
+                f"  {position:>3}. {_display(step):<{width}}  {provider or '-'}"
+                + (f"  [{detail}]" if detail else "")
             )
         if graph.disabled and view.show_disabled:
             left_out = ", ".join(f"{step.name} ({reason})" for step, reason in graph.disabled)

@@ -13,7 +13,7 @@ from ..exceptions import StepError
 if TYPE_CHECKING:
     from ..options import WorkerOptions
 
-__all__ = ["Condition", "Step", "ParentT"]
+__all__ = ["Condition", "ParentT", "Step"]
 
 ParentT = TypeVar("ParentT")
 

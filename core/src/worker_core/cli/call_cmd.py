@@ -9,7 +9,7 @@ import click
 from kombu.utils.json import dumps
 
 from ..exceptions import ResultTimeout, WorkerError
-from .common import fail, use_broker
+from .common import client_app, fail
 
 __all__ = ["call"]
 
@@ -49,16 +49,7 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
     if queue is not None and (not queue or queue != queue.strip()):
         raise click.BadParameter(f"must be a queue name (got {queue!r})", param_hint="--queue")
     try:
-        if app_spec:
-            from .common import prepare_app
-
-            app, _ = prepare_app(app_spec)
-        else:
-            from ..app.base import App
-
-            app = App()
-        if broker:
-            use_broker(app, broker)
+        app = client_app(app_spec, broker)
         result = app.send_task(task_name, args, kwargs, countdown=countdown, expires=expires,
                                queue=queue, priority=priority)
     except WorkerError as exc:
@@ -77,5 +68,7 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
     except WorkerError as exc:
         raise fail(exc) from None
     except Exception as exc:
-        raise click.ClickException(f"task {task_name}[{result.id}] failed: {type(exc).__name__}: {exc}") from None
+        raise click.ClickException(
+            f"task {task_name}[{result.id}] failed: {type(exc).__name__}: {exc}"
+        ) from None
     click.echo(dumps(value))

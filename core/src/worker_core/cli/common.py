@@ -44,7 +44,7 @@ DISABLE_ENV = "WORKER_DISABLE_PLUGINS"
 def fail(exc: WorkerError) -> click.ClickException:
     """Turn a project error into a one-line command-line error (no traceback), exit status 2."""
     error = click.ClickException(str(exc))
-    error.exit_code = 2
+    error.exit_code = 2  # type: ignore[misc]  # click types it as a ClassVar; set per instance on purpose
     return error
 
 
@@ -183,9 +183,11 @@ def worker_option_decorators() -> list[Callable[[F], F]]:
             help="Broker URL; repeat or separate with ';' for failover (default: embedded://).",
         ),
         click.option("--failover", help="Failover strategy between broker URLs (default: round-robin)."),
-        click.option("-Q", "--queues", multiple=True, help="Queues to consume, comma-separated (default: celery)."),
+        click.option("-Q", "--queues", multiple=True,
+                     help="Queues to consume, comma-separated (default: celery)."),
         click.option("--prefetch-multiplier", type=int, help="Messages reserved per process (default: 4)."),
-        click.option("--autoscale", metavar="MAX[,MIN]", help="Grow and shrink the pool between MIN and MAX."),
+        click.option("--autoscale", metavar="MAX[,MIN]",
+                     help="Grow and shrink the pool between MIN and MAX."),
         click.option("--autoscaler", help="Autoscaler by name (default: default)."),
         click.option("-l", "--loglevel", help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL."),
         click.option("-n", "--hostname", help="Node name (default: worker@<host>)."),
@@ -193,7 +195,8 @@ def worker_option_decorators() -> list[Callable[[F], F]]:
         click.option("--soft-time-limit", type=float, help="Soft time limit per task, in seconds."),
         click.option("--max-tasks-per-child", type=int, help="Replace a pool process after N tasks."),
         click.option("--max-memory-per-child", type=int, help="Replace a pool process above N KiB resident."),
-        click.option("-O", "scheduling", metavar="fair|fcfs", help="Dispatch to idle processes only (fair, default) or any."),
+        click.option("-O", "scheduling", metavar="fair|fcfs",
+                     help="Dispatch to idle processes only (fair, default) or any."),
         plugin_option,
     ]
 
@@ -292,6 +295,20 @@ def use_broker(app: Any, url: str) -> None:
     so tasks that publish from the worker (retries) and the default result backend follow the
     command line too."""
     app.conf.update(broker_url=url)
+
+
+def client_app(app_spec: str | None, broker: str | None) -> Any:
+    """The app a client command sends through: ``-A`` if given (else one with the defaults and
+    ``WORKER_*`` settings), on ``-b`` if given."""
+    if app_spec:
+        app, _ = prepare_app(app_spec)
+    else:
+        from ..app.base import App
+
+        app = App()
+    if broker:
+        use_broker(app, broker)
+    return app
 
 
 def check_endpoints(manager: PluginManager, settings: Any, selection: Selection) -> None:

@@ -11,26 +11,12 @@ import click
 from ..control.commands import BUILTIN_COMMANDS
 from ..exceptions import WorkerError
 from ..options import parse_autoscale
-from .common import fail, use_broker
+from .common import client_app, fail
 
 __all__ = ["control", "inspect"]
 
 INSPECT = sorted(name for name, c in BUILTIN_COMMANDS.items() if c.kind == "inspect")
 CONTROL = sorted(name.replace("_", "-") for name, c in BUILTIN_COMMANDS.items() if c.kind == "control")
-
-
-def _app(app_spec: str | None, broker: str | None) -> Any:
-    if app_spec:
-        from .common import prepare_app
-
-        app, _ = prepare_app(app_spec)
-    else:
-        from ..app.base import App
-
-        app = App()
-    if broker:
-        use_broker(app, broker)
-    return app
 
 
 def _show(replies: Sequence[dict[str, Any]], as_json: bool) -> None:
@@ -61,7 +47,7 @@ def _run(app_spec: str | None, broker: str | None, command: str, arguments: dict
 
     names = [n.strip() for item in destination for n in item.split(",") if n.strip()]
     try:
-        replies = broadcast(_app(app_spec, broker), command, arguments, names or None, timeout)
+        replies = broadcast(client_app(app_spec, broker), command, arguments, names or None, timeout)
     except WorkerError as exc:
         raise fail(exc) from None
     _show(replies, as_json)
@@ -71,7 +57,8 @@ def _common(func: Any) -> Any:
     for decorator in reversed([
         click.option("-A", "--app", "app_spec", help="App whose broker settings to use."),
         click.option("-b", "--broker", help="Broker URL (default: the app's, else embedded://)."),
-        click.option("-d", "--destination", multiple=True, help="Node name(s), comma-separated (default: all)."),
+        click.option("-d", "--destination", multiple=True,
+                     help="Node name(s), comma-separated (default: all)."),
         click.option("-t", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0,
                      show_default=True,
                      help="Seconds to wait for replies."),
@@ -100,13 +87,17 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
     name = command.replace("-", "_")
     spec = BUILTIN_COMMANDS[name]
     if len(arguments) > len(spec.args):
-        raise click.UsageError(f"{command} takes {len(spec.args)} argument(s): {' '.join(spec.args).upper() or 'none'}")
+        raise click.UsageError(
+            f"{command} takes {len(spec.args)} argument(s): {' '.join(spec.args).upper() or 'none'}"
+        )
     values: dict[str, Any] = {}
-    for key, text in zip(spec.args, arguments):
+    for key, text in zip(spec.args, arguments, strict=False):
         try:
             values[key] = int(text)
         except ValueError:
-            raise click.BadParameter(f"must be a whole number (got {text!r})", param_hint=key.upper()) from None
+            raise click.BadParameter(
+                f"must be a whole number (got {text!r})", param_hint=key.upper()
+            ) from None
     if name == "autoscale" and "max" not in values:
         raise click.UsageError("autoscale takes MAX and optionally MIN, for example: control autoscale 10 3")
     if name == "autoscale":

@@ -34,7 +34,9 @@ class _Commands(click.Group):
         return command  # type: ignore[no-any-return]
 
 
-@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @click.version_option(package_name="worker-core", prog_name="workerctl")
 def main() -> None:
     """Run and inspect a task-queue worker built from plugins.

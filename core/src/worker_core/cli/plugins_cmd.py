@@ -17,7 +17,8 @@ class _PluginsCommand(PluginCommand):
 
 @click.command(cls=_PluginsCommand)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option("-p", "--plugin", "plugin_switches", multiple=True, metavar="no:NAME", help="Block a plugin by name.")
+@click.option("-p", "--plugin", "plugin_switches", multiple=True, metavar="no:NAME",
+              help="Block a plugin by name.")
 @click.pass_context
 def plugins(ctx: click.Context, as_json: bool, plugin_switches: tuple[str, ...]) -> None:
     """List every plugin found through entry points and whether it loads.
@@ -48,4 +49,5 @@ def plugins(ctx: click.Context, as_json: bool, plugin_switches: tuple[str, ...])
         )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[5])
+        cells = zip(row, widths, strict=False)  # the last column, row[5], is not padded
+        click.echo("  ".join(cell.ljust(width) for cell, width in cells) + "  " + row[5])

@@ -24,11 +24,12 @@ __all__ = ["steps"]
 
 @click.command(cls=PluginCommand)
 @with_worker_options
-@click.option("--graph", "as_graph", is_flag=True, help="Print the graph (Graphviz DOT unless --format says otherwise).")
+@click.option("--graph", "as_graph", is_flag=True,
+              help="Print the graph (Graphviz DOT unless --format says otherwise).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), help="dot, mermaid, text or json.")
 @click.option("--all", "show_all", is_flag=True, help="Also show the steps these options leave out, and why.")
 @click.pass_context
-def steps(ctx: click.Context, as_graph: bool, fmt: str | None, show_all: bool, **params: Any) -> None:
+def steps(ctx: click.Context, /, as_graph: bool, fmt: str | None, show_all: bool, **params: Any) -> None:
     """Show the bootsteps the worker would start for these options.
 
     Without --graph: the start order with the plugin and distribution of every step. With

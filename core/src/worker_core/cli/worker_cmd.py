@@ -30,7 +30,7 @@ logger = logging.getLogger("worker")
 @click.command(cls=PluginCommand)
 @with_worker_options
 @click.pass_context
-def worker(ctx: click.Context, **params: Any) -> None:
+def worker(ctx: click.Context, /, **params: Any) -> None:
     """Start a worker for the app given with -A.
 
     SIGTERM or Ctrl-C stops it warmly (running tasks finish, messages not started go back to the

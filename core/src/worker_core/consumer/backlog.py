@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
 from ..app.broker import connection_for, transport_for
 from ..app.settings import Settings

@@ -10,15 +10,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
-
-import kombu
+from typing import TYPE_CHECKING, Any
 
 from ..app.broker import connection_for
 from ..app.settings import Settings
 from ..exceptions import ConnectionLostError
 from ..plugins.manager import PluginManager
 from ..selection import redact
+
+if TYPE_CHECKING:
+    from kombu.connection import Connection
 
 __all__ = ["Connector", "retry_intervals"]
 
@@ -47,7 +48,8 @@ class Connector:
     """Opens broker connections for the consumer, retrying and failing over."""
 
     def __init__(self, plugins: PluginManager, settings: Settings, urls: tuple[str, ...], failover: str,
-                 should_continue: Callable[[], bool], connection_options: dict[str, Any] | None = None) -> None:
+                 should_continue: Callable[[], bool],
+                 connection_options: dict[str, Any] | None = None) -> None:
         self.plugins = plugins
         self.settings = settings
         self.urls = urls
@@ -61,7 +63,7 @@ class Connector:
         self.current: str | None = None
         self.connected_once = False
 
-    def connect(self, on_wait: Callable[[], None] | None = None) -> kombu.Connection:
+    def connect(self, on_wait: Callable[[], None] | None = None) -> Connection:
         """Return a connected kombu connection, or raise :class:`ConnectionLostError`."""
         settings = self.settings
         retry = settings.broker_connection_retry

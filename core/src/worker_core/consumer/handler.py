@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
     from .consumer import Consumer
 
-__all__ = ["make_handler", "describe_message"]
+__all__ = ["describe_message", "make_handler"]
 
 logger = logging.getLogger("worker.consumer")
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..options import WorkerOptions
     from .consumer import Consumer
 
-__all__ = ["ConnectionStep", "TasksStep", "ControlStep", "LoopStep", "CONSUMER_STEPS"]
+__all__ = ["CONSUMER_STEPS", "ConnectionStep", "ControlStep", "LoopStep", "TasksStep"]
 
 
 class ConnectionStep(Step["Consumer"]):
@@ -78,5 +78,5 @@ class LoopStep(Step["Consumer"]):
         consumer.run_loop()
 
 
-def CONSUMER_STEPS() -> list[Step["Consumer"]]:
+def CONSUMER_STEPS() -> list[Step[Consumer]]:
     return [ConnectionStep(), TasksStep(), ControlStep(), LoopStep()]

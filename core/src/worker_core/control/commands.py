@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..request import Request
     from ..worker.worker import Worker
 
-__all__ = ["Command", "BUILTIN_COMMANDS", "request_info"]
+__all__ = ["BUILTIN_COMMANDS", "Command", "request_info"]
 
 
 @attrs.frozen
@@ -116,7 +116,9 @@ def autoscale(worker: Worker, max: int | None = None, min: int | None = None) ->
     if new_max is not None and new_max < 1:
         return nok(f"autoscale MAX must be at least 1 (got {new_max})")
     if new_max is not None and new_min is not None and new_min > new_max:
-        return nok(f"autoscale takes MAX first, then MIN, and MIN may not exceed MAX (got {new_max} {new_min})")
+        return nok(
+            f"autoscale takes MAX first, then MIN, and MIN may not exceed MAX (got {new_max} {new_min})"
+        )
     high, low = scaler.update(new_max, new_min)
     return ok(f"autoscale now max={high} min={low}")
 
@@ -124,7 +126,9 @@ def autoscale(worker: Worker, max: int | None = None, min: int | None = None) ->
 def _resize(worker: Worker, n: Any, grow: bool) -> dict[str, str]:
     verb = "grow" if grow else "shrink"
     if worker.autoscaler is not None:
-        return nok(f"pool_{verb} is not available while the autoscaler is on; change its range with autoscale")
+        return nok(
+            f"pool_{verb} is not available while the autoscaler is on; change its range with autoscale"
+        )
     try:
         count = int(n)
     except (TypeError, ValueError):
@@ -164,7 +168,8 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("scheduled", scheduled, help="Tasks waiting for their ETA."),
         Command("registered", registered, help="Task names this worker knows."),
         Command("active_queues", active_queues, help="Queues this worker consumes."),
-        Command("autoscale", autoscale, kind="control", args=("max", "min"), help="Change the autoscaler's MAX MIN."),
+        Command("autoscale", autoscale, kind="control", args=("max", "min"),
+                help="Change the autoscaler's MAX MIN."),
         Command("pool_grow", pool_grow, kind="control", args=("n",), help="Add N processes."),
         Command("pool_shrink", pool_shrink, kind="control", args=("n",), help="Remove N idle processes."),
         Command("shutdown", shutdown, kind="control", help="Stop warmly."),

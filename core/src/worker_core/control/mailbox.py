@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["mailbox", "NAMESPACE"]
+__all__ = ["NAMESPACE", "mailbox"]
 
 NAMESPACE = "celery"  # exchange celery.pidbox, node queues <hostname>.celery.pidbox
 QUEUE_TTL = 300.0  # seconds a request may wait in a node's queue (Celery's control_queue_ttl)

@@ -26,7 +26,9 @@ class _Handlers(dict[str, Any]):
         known = sorted(self)
 
         def unknown(_state: Any, **_arguments: Any) -> dict[str, str]:
-            return {"error": f"unknown command {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}"}
+            return {
+                "error": f"unknown command {name!r}.{did_you_mean(name, known)} Known: {', '.join(known)}"
+            }
 
         return unknown
 

@@ -7,7 +7,6 @@ second, shorter while pool threads may report back).
 
 from __future__ import annotations
 
-import socket
 from typing import Any, ClassVar
 
 from ..slots import LoopContext
@@ -50,7 +49,7 @@ class SyncLoop:
                 wait = MAX_WAIT if delay is None else min(delay, MAX_WAIT)
                 try:
                     connection.drain_events(timeout=context.drain_timeout(wait))
-                except (socket.timeout, TimeoutError):
+                except TimeoutError:
                     pass
         finally:
             if checks is not None:

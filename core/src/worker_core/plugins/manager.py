@@ -245,7 +245,9 @@ class PluginManager:
             except PluginError:
                 raise
             except ConfigurationError as exc:
-                raise ConfigurationError(f"{exc} (reported by plugin {self.provider(impl.plugin_name)})") from exc
+                raise ConfigurationError(
+                    f"{exc} (reported by plugin {self.provider(impl.plugin_name)})"
+                ) from exc
             except Exception as exc:
                 raise PluginError(
                     f"plugin {self.provider(impl.plugin_name)} failed in {hook_name}: {_describe_error(exc)}"
@@ -349,7 +351,8 @@ class PluginManager:
     def _conflict_text(self, kind: str, name: str, entries: Sequence[PluginEntry]) -> str:
         what = "plugin" if kind == "hooks" else kind
         providers = " and ".join(
-            f"{e.distribution or 'an unknown distribution'} ({e.group}: {e.name} = {e.value})" for e in entries
+            f"{e.distribution or 'an unknown distribution'} ({e.group}: {e.name} = {e.value})"
+            for e in entries
         )
         dists = [e.distribution for e in entries if e.distribution]
         fix = f"uninstall one of them (pip uninstall {dists[-1]})" if dists else "uninstall one of them"
@@ -394,7 +397,9 @@ class PluginManager:
             if "provided by more than one" in reason:
                 lines.append(reason)
             else:
-                lines.append(f"{'plugin' if entry.kind == 'hooks' else entry.kind} {entry.describe()} {reason}")
+                lines.append(
+                    f"{'plugin' if entry.kind == 'hooks' else entry.kind} {entry.describe()} {reason}"
+                )
         return sorted(set(lines))
 
     def statuses(self) -> list[PluginStatus]:

@@ -139,7 +139,7 @@ class SoloPool:
 
         def arm() -> None:
             nonlocal elapsed
-            is_soft, at = stages[0]
+            _is_soft, at = stages[0]
             signal.setitimer(signal.ITIMER_REAL, max(at - elapsed, 0.001))
             elapsed = at
 
@@ -168,7 +168,9 @@ class SoloPool:
         return 1
 
     def grow(self, n: int = 1) -> None:
-        raise PoolError("the solo pool has exactly one executor and cannot grow; use -P threads or -P prefork")
+        raise PoolError(
+            "the solo pool has exactly one executor and cannot grow; use -P threads or -P prefork"
+        )
 
     def shrink(self, n: int = 1) -> None:
         raise PoolError("the solo pool has exactly one executor and cannot shrink")

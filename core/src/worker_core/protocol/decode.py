@@ -19,7 +19,7 @@ from .fastjson import loads as json_loads
 from .message import safe_repr
 from .times import parse_iso
 
-__all__ = ["TaskEnvelope", "decode_task", "JSON"]
+__all__ = ["JSON", "TaskEnvelope", "decode_task"]
 
 JSON = "application/json"
 _MISSING = object()
@@ -90,7 +90,9 @@ def _moment(headers: Mapping[str, Any], key: str) -> datetime | None:
     try:
         return parse_iso(value)
     except (ValueError, OverflowError):
-        raise ProtocolError(f"header {key!r} is not an ISO 8601 date-time (got {safe_repr(value, 80)})") from None
+        raise ProtocolError(
+            f"header {key!r} is not an ISO 8601 date-time (got {safe_repr(value, 80)})"
+        ) from None
 
 
 def _limit(value: Any) -> float | None:
@@ -111,7 +113,8 @@ def _timelimit(headers: Mapping[str, Any]) -> tuple[float | None, float | None]:
         return _limit(value[0]), _limit(value[1])
     except ValueError:
         raise ProtocolError(
-            f"header 'timelimit' must be [hard, soft] with numbers of seconds or nulls (got {_describe(value)})"
+            "header 'timelimit' must be [hard, soft] with numbers of seconds or nulls "
+            f"(got {_describe(value)})"
         ) from None
 
 
@@ -133,11 +136,15 @@ def _decode_body(body: Any, content_type: str | None, content_encoding: str | No
             if not isinstance(body, str):
                 body = bytes(body).decode(content_encoding or "utf-8")
             return json_loads(body)
-        return kombu_loads(body, content_type, content_encoding or "utf-8", accept=accept)
+        return kombu_loads(
+            body, content_type, content_encoding or "utf-8", accept=accept
+        )
     except RecursionError:
         raise ProtocolError(f"body cannot be decoded as {content_type}: nested too deeply") from None
     except Exception as exc:
-        raise ProtocolError(f"body cannot be decoded as {content_type}: {type(exc).__name__}: {exc}") from None
+        raise ProtocolError(
+            f"body cannot be decoded as {content_type}: {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def _split_v2(payload: Any) -> tuple[list[Any], dict[str, Any], Mapping[str, Any] | None]:

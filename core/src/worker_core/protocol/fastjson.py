@@ -9,7 +9,7 @@ from typing import Any
 from kombu.utils.json import dumps as kombu_dumps
 from kombu.utils.json import loads as kombu_loads
 
-__all__ = ["loads", "dumps"]
+__all__ = ["dumps", "loads"]
 
 _decode = json.JSONDecoder().decode
 _encode = json.JSONEncoder(ensure_ascii=False).encode
@@ -27,6 +27,6 @@ def loads(data: str | bytes | bytearray | memoryview) -> Any:
 def dumps(value: Any) -> str:
     """Encode to JSON; values plain JSON cannot hold go through kombu's encoder."""
     try:
-        return _encode(value)  # type: ignore[no-any-return]
+        return _encode(value)
     except (TypeError, ValueError):
         return kombu_dumps(value)  # type: ignore[no-any-return]

@@ -14,7 +14,7 @@ import attrs
 
 from .times import in_seconds, parse_iso, to_iso, utcnow
 
-__all__ = ["OutgoingMessage", "task_message", "safe_repr", "origin_name"]
+__all__ = ["OutgoingMessage", "origin_name", "safe_repr", "task_message"]
 
 REPR_MAXSIZE = 1024
 _repr = reprlib.Repr()
@@ -58,7 +58,9 @@ class OutgoingMessage:
 
 def _seconds(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a number of seconds (got {value!r} that is a {type(value).__name__})")
+        raise TypeError(
+            f"{name} must be a number of seconds (got {value!r} that is a {type(value).__name__})"
+        )
     seconds = float(value)
     if seconds != seconds or seconds in (float("inf"), float("-inf")):
         raise ValueError(f"{name} must be a finite number of seconds (got {value!r})")

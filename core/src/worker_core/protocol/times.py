@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-__all__ = ["utcnow", "to_iso", "parse_iso", "in_seconds"]
+__all__ = ["in_seconds", "parse_iso", "to_iso", "utcnow"]
 
 
 def utcnow() -> datetime:

@@ -16,9 +16,24 @@ from typing import Any
 from .. import exceptions as errors
 
 __all__ = [
-    "PENDING", "RECEIVED", "STARTED", "SUCCESS", "FAILURE", "RETRY", "REVOKED", "REJECTED", "IGNORED",
-    "READY_STATES", "UNREADY_STATES", "EXCEPTION_STATES", "PROPAGATE_STATES",
-    "make_meta", "pending_meta", "encode_exception", "decode_exception", "decode_result",
+    "EXCEPTION_STATES",
+    "FAILURE",
+    "IGNORED",
+    "PENDING",
+    "PROPAGATE_STATES",
+    "READY_STATES",
+    "RECEIVED",
+    "REJECTED",
+    "RETRY",
+    "REVOKED",
+    "STARTED",
+    "SUCCESS",
+    "UNREADY_STATES",
+    "decode_exception",
+    "decode_result",
+    "encode_exception",
+    "make_meta",
+    "pending_meta",
 ]
 
 PENDING = "PENDING"
@@ -157,7 +172,9 @@ def decode_exception(data: Mapping[str, Any]) -> BaseException:
     try:
         return cls(*args)
     except Exception:
-        fallback = type(name.rpartition(".")[2], (Exception,), {"__module__": module or "builtins"})
+        fallback: type[BaseException] = type(
+            name.rpartition(".")[2], (Exception,), {"__module__": module or "builtins"}
+        )
         return fallback(*args)
 
 

@@ -152,7 +152,7 @@ class PoolRunner:
         if self.uses_hub:
             from kombu.asynchronous import Hub
 
-            self.hub = Hub()  # type: ignore[no-untyped-call]
+            self.hub = Hub()
             # The worker's hub always watches the broker connection; without any fd kombu's loop
             # naps 0.1s per turn instead of polling (and waking on call_soon). An idle pipe
             # stands in for the connection.

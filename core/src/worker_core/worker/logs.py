@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
-__all__ = ["setup_logging", "FORMAT"]
+__all__ = ["FORMAT", "setup_logging"]
 
 FORMAT = "[%(asctime)s: %(levelname)s/%(processName)s] %(message)s"
 

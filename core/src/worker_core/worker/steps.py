@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ..options import WorkerOptions
     from .worker import Worker
 
-__all__ = ["TimerStep", "HubStep", "PoolStep", "AutoscalerStep", "ConsumerStep", "WORKER_STEPS"]
+__all__ = ["WORKER_STEPS", "AutoscalerStep", "ConsumerStep", "HubStep", "PoolStep", "TimerStep"]
 
 
 class TimerStep(Step["Worker"]):
@@ -71,6 +71,7 @@ class PoolStep(Step["Worker"]):
 
     def start(self, worker: Worker) -> None:
         options = worker.options
+        assert options.pool is not None  # the plan resolved it to a name
         pool_cls = worker.plugins.slot("pool", options.pool)
         size = max(1, options.autoscale.min) if options.autoscale else (options.concurrency or 1)
         pool_options = PoolOptions(
@@ -161,5 +162,5 @@ class ConsumerStep(Step["Worker"]):
             worker.consumer.stop(terminate=True)
 
 
-def WORKER_STEPS() -> list[Step["Worker"]]:
+def WORKER_STEPS() -> list[Step[Worker]]:
     return [TimerStep(), HubStep(), PoolStep(), AutoscalerStep(), ConsumerStep()]

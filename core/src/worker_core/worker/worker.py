@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from kombu.asynchronous.timer import Timer
 
     from ..app.base import App
+    from ..consumer.backlog import Backlog
     from ..consumer.consumer import Consumer
     from ..plan import Plan
     from ..plugins.manager import PluginManager
@@ -51,7 +52,7 @@ class Worker:
         self.consumer: Consumer | None = None
         #: called for every task message the consumer reserves (the autoscaler checks demand)
         self.on_task_message: list[Callable[[], None]] = []
-        self._backlog: Any = None
+        self._backlog: Backlog | None = None
         self.stopping = False
         self.terminating = False
         self.ready = False
@@ -147,7 +148,9 @@ class Worker:
                         f"rename one of them"
                     )
                 if not callable(handler):
-                    raise PluginError(f"plugin {provider} contributed control command {name!r} that is not callable")
+                    raise PluginError(
+                        f"plugin {provider} contributed control command {name!r} that is not callable"
+                    )
                 commands[name] = Command(name, handler, kind="control")
                 owners[name] = str(provider)
         return commands

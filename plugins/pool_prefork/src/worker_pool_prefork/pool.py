@@ -182,16 +182,12 @@ class PreforkPool:
         self._thread_driver = None
 
     def stop(self) -> None:
-        if self._state == "new":
-            self._state = "stopped"
-            return
-        if self._state == "stopped":
-            return
-        with self._engine.lock:
-            self._engine.closed = True
-        self._finish(self._engine.begin_stop, None)
+        self._close(self._engine.begin_stop, None)
 
     def terminate(self) -> None:
+        self._close(self._engine.begin_terminate, 10.0 + self._engine.supervisor.kill_grace)
+
+    def _close(self, begin: Callable[[], None], timeout: float | None) -> None:
         if self._state == "new":
             self._state = "stopped"
             return
@@ -199,7 +195,7 @@ class PreforkPool:
             return
         with self._engine.lock:
             self._engine.closed = True
-        self._finish(self._engine.begin_terminate, 10.0 + self._engine.supervisor.kill_grace)
+        self._finish(begin, timeout)
 
     def _finish(self, begin: Callable[[], None], timeout: float | None) -> None:
         """Run ``begin`` in the driving thread and wait until every child was reaped."""
