@@ -12,7 +12,7 @@ import kombu
 import pytest
 from amqp.basic_message import Message
 from amqp.exceptions import UnexpectedFrame
-from amqp.serialization import decode_properties_basic, dumps
+from amqp.serialization import decode_properties_basic, dumps, loads
 from amqp.spec import Basic, Channel
 from conftest import require_server
 from hypothesis import HealthCheck, given, settings
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from test_amqp_transport import connect
 from workers import drain
 
+from worker_transport_amqp.channel import deliver_arguments
 from worker_transport_amqp.decoding import Content, decode_basic_properties, frame_handler
 
 leaves = (st.none() | st.booleans() | st.integers(-(2**63) + 1, 2**63 - 1) | st.floats(allow_nan=False)
@@ -85,6 +86,27 @@ def test_a_header_that_is_not_utf_8_keeps_py_amqps_bytes() -> None:
     raw = encoded({"application_headers": {b"\xff\xfe": b"\xc3\x28", "task": "proj.add"}})
     decoded, _ = decode_basic_properties(raw, 0)
     assert decoded == {"application_headers": {b"\xff\xfe": b"\xc3\x28", "task": "proj.add"}}
+
+
+shortstr = st.text(max_size=80).filter(lambda text: len(text.encode("utf-8", "surrogatepass")) <= 255)
+
+
+def deliver_payload(consumer_tag: str, tag: int, redelivered: bool, exchange: str, key: str) -> bytes:
+    return struct.pack(">HH", *Basic.Deliver) + bytes(dumps("sLbss", [consumer_tag, tag, redelivered,
+                                                                     exchange, key]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(shortstr, st.integers(0, 2**64 - 1), st.booleans(), shortstr, shortstr, st.data())
+def test_basic_deliver_arguments_read_as_py_amqp_reads_them(consumer_tag: str, tag: int, redelivered: bool,
+                                                            exchange: str, key: str, data: Any) -> None:
+    payload = deliver_payload(consumer_tag, tag, redelivered, exchange, key)
+    assert deliver_arguments(payload) == tuple(loads("sLbss", payload, 4)[0])
+    # cut short: the same values, or an error that sends the frame down py-amqp's own path
+    cut = payload[:data.draw(st.integers(4, len(payload)), label="cut")]
+    ours = outcome(lambda raw, _: deliver_arguments(raw), cut)
+    if ours != ("error", "IndexError"):
+        assert ours == outcome(lambda raw, _: tuple(loads("sLbss", raw, 4)[0]), cut)
 
 
 def frames_of(props: dict[str, Any], body: bytes, channel: int = 1,

@@ -11,6 +11,7 @@ never covered by a multiple ack unless it was acknowledged itself, so unacknowle
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from typing import Any
 
@@ -29,11 +30,50 @@ LOST = ("Could not acknowledge %d message(s): %s; RabbitMQ delivers them again (
         "already ran may run twice)")
 
 
+BASIC_DELIVER = (60, 60)
+_DELIVERY_TAG = struct.Struct(">Q").unpack_from
+
+
+def deliver_arguments(payload: bytes) -> tuple[str, int, bool, str, str]:
+    """``basic.deliver``'s arguments (consumer tag, delivery tag, redelivered, exchange, routing
+    key) read straight from the method frame, as py-amqp's generic reader reads them."""
+    size = payload[4]
+    offset = 5 + size
+    consumer_tag = payload[5:offset].decode("utf-8", "surrogatepass")
+    (delivery_tag,) = _DELIVERY_TAG(payload, offset)
+    redelivered = payload[offset + 8] & 1 == 1
+    offset += 9
+    size = payload[offset]
+    offset += 1
+    exchange = payload[offset:offset + size].decode("utf-8", "surrogatepass")
+    offset += size
+    size = payload[offset]
+    offset += 1
+    routing_key = payload[offset:offset + size].decode("utf-8", "surrogatepass")
+    return consumer_tag, delivery_tag, redelivered, exchange, routing_key
+
+
 class Channel(pyamqp.Channel):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._delivered: deque[int] = deque()
         self._acked: set[int] = set()
+
+    def dispatch_method(self, method_sig: tuple[int, int], payload: bytes, content: Any) -> Any:
+        """py-amqp's dispatch, with ``basic.deliver`` (every message) read without its generic
+        argument reader; anything unusual takes py-amqp's own path."""
+        if method_sig != BASIC_DELIVER or content is None or self.is_closing or BASIC_DELIVER in self._pending:
+            return super().dispatch_method(method_sig, payload, content)
+        try:
+            arguments = deliver_arguments(payload)
+        except (IndexError, struct.error):
+            return super().dispatch_method(method_sig, payload, content)  # raises py-amqp's error
+        if self.auto_decode and hasattr(content, "content_encoding"):
+            try:
+                content.body = content.body.decode(content.content_encoding)
+            except Exception:
+                pass  # as py-amqp: the body stays bytes
+        return self._on_basic_deliver(*arguments, content)
 
     def _on_basic_deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
                           routing_key: str, msg: Any) -> None:
@@ -56,6 +96,16 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             return
         delivered = self._delivered
         count = len(acked)
+        if count == len(delivered):  # every message delivered is acknowledged (acked <= delivered)
+            top = delivered[-1]
+            delivered.clear()
+            acked.clear()
+            try:
+                super().basic_ack(top, True)
+            except Exception as exc:
+                logger.error(LOST, count, f"sending the acknowledgements failed ({exc!r})")
+                raise
+            return
         top = None
         while delivered and delivered[0] in acked:
             top = delivered.popleft()
