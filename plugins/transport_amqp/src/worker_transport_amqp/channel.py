@@ -62,7 +62,8 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
     def dispatch_method(self, method_sig: tuple[int, int], payload: bytes, content: Any) -> Any:
         """py-amqp's dispatch, with ``basic.deliver`` (every message) read without its generic
         argument reader; anything unusual takes py-amqp's own path."""
-        if method_sig != BASIC_DELIVER or content is None or self.is_closing or BASIC_DELIVER in self._pending:
+        if (method_sig != BASIC_DELIVER or content is None or self.is_closing
+                or BASIC_DELIVER in self._pending):
             return super().dispatch_method(method_sig, payload, content)
         try:
             arguments = deliver_arguments(payload)
