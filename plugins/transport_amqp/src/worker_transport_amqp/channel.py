@@ -98,16 +98,16 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         delivered = self._delivered
         count = len(acked)
         if count == len(delivered):  # every message delivered is acknowledged (acked <= delivered)
-            top = delivered[-1]
+            last = delivered[-1]
             delivered.clear()
             acked.clear()
             try:
-                super().basic_ack(top, True)
+                super().basic_ack(last, True)
             except Exception as exc:
                 logger.error(LOST, count, f"sending the acknowledgements failed ({exc!r})")
                 raise
             return
-        top = None
+        top: int | None = None
         while delivered and delivered[0] in acked:
             top = delivered.popleft()
             acked.discard(top)
