@@ -328,7 +328,10 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
             connection.drain_events(timeout=0.3)  # nothing else comes back
         assert [m.decode() for m in again] == [1]
         again[0].ack()
-        connection.default_channel.flush_acks()
+        connection.default_channel.flush_acks()  # all delivered are acknowledged: one multiple ack
+        assert not connection.default_channel._delivered
+    with connect(settings) as connection:
+        assert connection.default_channel.queue_declare(queue_name, passive=True).message_count == 0
 
 
 def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_come_back(
