@@ -35,9 +35,12 @@ bench: venv
 	    $(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P $$pool -c $$c --repeat 3 || exit 1; \
 	    $(BIN)/python bench/compare.py --broker $(AMQP_BENCH) -P $$pool -c $$c --repeat 3 --dramatiq || exit 1; \
 	done
+	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
+	$(BIN)/python bench/compare.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
 	$(BIN)/python bench/graph_resolution.py
 	$(BIN)/python bench/steps_graph.py
 	$(BIN)/python bench/autoscale.py --broker $(REDIS_BENCH)
+	$(BIN)/python bench/amqp_ceiling.py --broker $(AMQP_BENCH)
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
