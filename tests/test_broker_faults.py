@@ -45,6 +45,7 @@ def amqp_behind_proxy(amqp_url: str):
     proxy.close()
     with kombu.Connection(amqp_url) as connection:
         connection.default_channel.queue_delete(queue)
+        connection.default_channel.exchange_delete(queue)
 
 
 @pytest.fixture
@@ -255,5 +256,7 @@ def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_r
         assert sorted(map(int, basic.lines(proof))) == [0, 1, 2, 3]
     finally:
         basic.app.close()
+        workers.cleanup()  # before the queue goes: a running worker would declare it again
         with kombu.Connection(amqp_url) as connection:
             connection.default_channel.queue_delete(queue)
+            connection.default_channel.exchange_delete(queue)

@@ -20,10 +20,12 @@ def broker(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def queue(broker: str):
-    """A queue of the test's own, deleted afterwards (RabbitMQ keeps queues)."""
+def queue(broker: str, workers):
+    """A queue of the test's own, deleted once the test's workers are gone (RabbitMQ keeps
+    queues, and a worker still running would declare it again)."""
     name = f"interop-{uuid.uuid4().hex[:8]}"
     yield name
+    workers.cleanup()
     if broker.startswith("amqp"):
         import kombu
 
