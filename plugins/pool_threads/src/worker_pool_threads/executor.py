@@ -66,16 +66,13 @@ def run(pool: ThreadPool, me: Executor) -> None:
     lock = pool.lock
     running = pool.running
     max_tasks = pool.options.max_tasks_per_child
-    counted = True  # the pool counted this thread idle when it started it
+    # The pool counts this thread idle from its start; it is busy from taking a job until the
+    # job's end.
     while True:
-        if not counted:
-            with lock:
-                pool.idle += 1
-        counted = False
         item = get()
         with lock:
-            pool.idle -= 1
             if item is STOP or item is RETIRE:
+                pool.idle -= 1
                 if item is RETIRE:
                     pool.retiring -= 1
                 pool.executor_exited(me)
@@ -84,6 +81,7 @@ def run(pool: ThreadPool, me: Executor) -> None:
             # Taken off the queue just as the pool was terminated: it must not start now.
             cancelled = pool.terminated
             if not cancelled:
+                pool.idle -= 1
                 running[me.number] = job
         if cancelled:
             if job.error_callback is not None:
@@ -95,11 +93,13 @@ def run(pool: ThreadPool, me: Executor) -> None:
             value = job.target(*job.args, **job.kwargs) if job.kwargs else job.target(*job.args)
         except Exception as exc:
             with lock:
+                pool.idle += 1
                 mine = running.pop(me.number, None) is job
             if mine and job.error_callback is not None:
                 _call(job.error_callback, exc)
         else:
             with lock:
+                pool.idle += 1
                 mine = running.pop(me.number, None) is job
             if mine and job.callback is not None:
                 _call(job.callback, value)

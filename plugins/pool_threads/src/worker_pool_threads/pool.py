@@ -103,8 +103,8 @@ class ThreadPool:
         executor = Executor(self, next(self._numbers))
         self.executors[executor.number] = executor
         executor.thread.start()
-        # Idle from now on (the thread takes the lock we hold before it changes the count), so a
-        # shrink right after a grow can retire threads that are still starting.
+        # Idle from its start (it takes the lock we hold before it changes the count), so a shrink
+        # right after a grow can retire threads that are still starting.
         self.idle += 1
         return executor
 
@@ -118,6 +118,7 @@ class ThreadPool:
             if self._closed and self.terminated:
                 return False
             self.executors.pop(executor.number, None)
+            self.idle -= 1  # it counted idle again when its last job ended
             # The replacement also takes over the STOP sentinel a warm stop queued for this one.
             self._spawn()
             return True
