@@ -20,8 +20,7 @@ from hypothesis import strategies as st
 from test_amqp_transport import connect
 from workers import drain
 
-from worker_transport_amqp.channel import deliver_arguments
-from worker_transport_amqp.decoding import Content, decode_basic_properties, frame_handler
+from worker_transport_amqp.decoding import Content, decode_basic_properties, deliver_arguments, frame_handler
 
 leaves = (st.none() | st.booleans() | st.integers(-(2**63) + 1, 2**63 - 1) | st.floats(allow_nan=False)
           | st.text(max_size=30) | st.binary(max_size=30)

@@ -17,7 +17,7 @@ from typing import Any
 
 from kombu.transport import pyamqp as _pyamqp
 
-from .decoding import frame_handler
+from .decoding import BASIC_DELIVER, deliver_arguments, frame_handler
 from .reading import BufferedTCPTransport
 
 __all__ = ["Channel", "Connection"]
@@ -28,29 +28,6 @@ logger = logging.getLogger(__name__)
 
 LOST = ("Could not acknowledge %d message(s): %s; RabbitMQ delivers them again (tasks that "
         "already ran may run twice)")
-
-
-BASIC_DELIVER = (60, 60)
-_DELIVERY_TAG = struct.Struct(">Q").unpack_from
-
-
-def deliver_arguments(payload: bytes) -> tuple[str, int, bool, str, str]:
-    """``basic.deliver``'s arguments (consumer tag, delivery tag, redelivered, exchange, routing
-    key) read straight from the method frame, as py-amqp's generic reader reads them."""
-    size = payload[4]
-    offset = 5 + size
-    consumer_tag = payload[5:offset].decode("utf-8", "surrogatepass")
-    (delivery_tag,) = _DELIVERY_TAG(payload, offset)
-    redelivered = payload[offset + 8] & 1 == 1
-    offset += 9
-    size = payload[offset]
-    offset += 1
-    exchange = payload[offset:offset + size].decode("utf-8", "surrogatepass")
-    offset += size
-    size = payload[offset]
-    offset += 1
-    routing_key = payload[offset:offset + size].decode("utf-8", "surrogatepass")
-    return consumer_tag, delivery_tag, redelivered, exchange, routing_key
 
 
 class Channel(pyamqp.Channel):  # type: ignore[misc]
@@ -97,17 +74,11 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             return
         delivered = self._delivered
         count = len(acked)
-        if count == len(delivered):  # every message delivered is acknowledged (acked <= delivered)
-            last = delivered[-1]
+        top: int | None = None
+        if count == len(delivered):  # all acknowledged (acked <= delivered): one multiple ack
+            top = delivered[-1]
             delivered.clear()
             acked.clear()
-            try:
-                super().basic_ack(last, True)
-            except Exception as exc:
-                logger.error(LOST, count, f"sending the acknowledgements failed ({exc!r})")
-                raise
-            return
-        top: int | None = None
         while delivered and delivered[0] in acked:
             top = delivered.popleft()
             acked.discard(top)

@@ -23,15 +23,17 @@ from amqp.exceptions import UnexpectedFrame
 from amqp.serialization import _read_item, decode_properties_basic
 from amqp.spec import Basic
 
-__all__ = ["Content", "decode_basic_properties", "frame_handler"]
+__all__ = ["BASIC_DELIVER", "Content", "decode_basic_properties", "deliver_arguments", "frame_handler"]
 
 _UINT = struct.Struct(">I").unpack_from
 _INT = struct.Struct(">i").unpack_from
 _METHOD = struct.Struct(">HH").unpack_from
 _FLAGS = struct.Struct(">H").unpack_from
-_TIMESTAMP = struct.Struct(">Q").unpack_from
+_ULONGLONG = struct.Struct(">Q").unpack_from
 
 _LONG_STRING, _VOID, _BOOL, _INT32, _TABLE, _ARRAY = b"SVtIFA"
+
+BASIC_DELIVER: tuple[int, int] = Basic.Deliver
 
 #: Methods followed by a content header and body (as py-amqp lists them).
 CONTENT_METHODS = frozenset({Basic.Return, Basic.Deliver, Basic.GetOk})
@@ -118,7 +120,7 @@ def _properties(buf: bytes, offset: int) -> tuple[dict[str, Any], int]:
         offset += 1
     offset = _short_strings(buf, offset, flags, _SHORT_STRINGS, properties)
     if flags & 0x0040:
-        properties["timestamp"] = _TIMESTAMP(buf, offset)[0]
+        properties["timestamp"] = _ULONGLONG(buf, offset)[0]
         offset += 8
     offset = _short_strings(buf, offset, flags, _LAST_STRINGS, properties)
     return properties, offset
@@ -140,6 +142,25 @@ class Content(Message):  # type: ignore[misc]
             return super()._load_properties(class_id, buf, offset)  # type: ignore[no-any-return]
         self.properties, offset = decode_basic_properties(buf, offset)
         return offset
+
+
+def deliver_arguments(payload: bytes) -> tuple[str, int, bool, str, str]:
+    """``basic.deliver``'s arguments (consumer tag, delivery tag, redelivered, exchange, routing
+    key) read straight from the method frame, as py-amqp's generic reader reads them."""
+    size = payload[4]
+    offset = 5 + size
+    consumer_tag = payload[5:offset].decode("utf-8", "surrogatepass")
+    delivery_tag = _ULONGLONG(payload, offset)[0]
+    redelivered = payload[offset + 8] & 1 == 1
+    offset += 9
+    size = payload[offset]
+    offset += 1
+    exchange = payload[offset:offset + size].decode("utf-8", "surrogatepass")
+    offset += size
+    size = payload[offset]
+    offset += 1
+    routing_key = payload[offset:offset + size].decode("utf-8", "surrogatepass")
+    return consumer_tag, delivery_tag, redelivered, exchange, routing_key
 
 
 def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tuple[int, int, bytes]], bool]:
