@@ -18,25 +18,13 @@ import itertools
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import amqp
-from compare import QUEUE, TICKS, Producer
+from compare import QUEUE, Producer, cpu_seconds
 
 MODES = (("no acks", 8, 0), ("ack each", 8, 1), ("ack every 4", 8, 4), ("ack every 32", 64, 32))
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return total / TICKS
 
 
 def broker_pids() -> list[int]:
@@ -61,11 +49,11 @@ def drain(url: str, count: int, prefetch: int, every: int) -> dict[str, float]:
                 channel.basic_ack(message.delivery_tag, multiple=every > 1)
 
         broker = broker_pids()
-        broker_before, own_before = cpu_seconds(broker), time.process_time()
+        broker_before, own_before = sum(map(cpu_seconds, broker)), time.process_time()
         channel.basic_consume(QUEUE, callback=on_message, no_ack=not every)
         while len(arrivals) < count:
             connection.drain_events(timeout=10)
-        broker_after, own_after = cpu_seconds(broker), time.process_time()
+        broker_after, own_after = sum(map(cpu_seconds, broker)), time.process_time()
     finally:
         connection.close()
     gaps = [later - earlier for earlier, later in itertools.pairwise(arrivals)]
