@@ -19,22 +19,28 @@ heartbeats off, features this worker does not have):
   returned (the broker has the message) to the task's first line (p50 and p99 of ``--samples``
   tasks); "with the publish" also counts the publish call itself (the same client for both);
 - throughput: ``--tasks`` no-op tasks are queued while no worker runs, then a worker starts;
-  tasks per second between the first and the last task;
+  tasks per second from the first task seen done to the last (the driver polls the tasks'
+  counters every millisecond);
 - CPU per task: CPU seconds of the worker's processes over the throughput run, per task;
 - memory: proportional set size (PSS) summed over the worker's processes after the run.
 
-Each task reports to the driver with one UDP datagram (no round trip), results are off.
+A no-op task only adds one to a counter in shared memory (no system call; the driver sums the
+counters), a latency task sends the driver one UDP datagram (no round trip); results are off.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import mmap
 import os
+import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -47,9 +53,13 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class Sink:
-    """Receives the tasks' datagrams in a thread."""
+    """Receives the latency and sleep tasks' datagrams in a thread, and sums the no-op tasks'
+    shared memory counters (see ``apps/sink.py``)."""
 
     def __init__(self) -> None:
+        self.count_dir = tempfile.mkdtemp(prefix="bench-count-")
+        atexit.register(shutil.rmtree, self.count_dir, True)
+        self.counters: dict[str, memoryview] = {}
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024 * 1024)
         self.sock.bind(("127.0.0.1", 0))
@@ -74,6 +84,30 @@ class Sink:
         with self.lock:
             self.noops.clear()
             self.latencies.clear()
+        self.counters.clear()
+        for name in os.listdir(self.count_dir):
+            os.unlink(os.path.join(self.count_dir, name))
+
+    def count(self) -> int:
+        """No-op tasks run since the last reset."""
+        for name in os.listdir(self.count_dir):
+            if name not in self.counters:
+                with open(os.path.join(self.count_dir, name), "rb") as file:
+                    if os.fstat(file.fileno()).st_size < 8:
+                        continue  # not written yet: it counts nothing so far
+                    counter = mmap.mmap(file.fileno(), 8, access=mmap.ACCESS_READ)
+                    self.counters[name] = memoryview(counter).cast("Q")
+        return sum(counter[0] for counter in self.counters.values())
+
+    def wait_count(self, least: int, timeout: float) -> tuple[float, int]:
+        """Poll the counters every millisecond until at least ``least`` no-op tasks ran; the
+        time it was seen and the count then."""
+        deadline = time.time() + timeout
+        while (count := self.count()) < least:
+            if time.time() > deadline:
+                raise TimeoutError(f"timed out after {timeout}s ({count} of {least} no-op tasks ran)")
+            time.sleep(0.001)
+        return time.time(), count
 
     def wait(self, condition: Any, timeout: float) -> None:
         with self.lock:
@@ -170,7 +204,7 @@ def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") ->
 
 def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port),
-               PYTHONPATH=str(APPS))
+               BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS))
     return subprocess.Popen(command(kind, args.pool, args.concurrency, args.scheduling), cwd=APPS, env=env,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
@@ -224,13 +258,12 @@ def measure(kind: str, args: argparse.Namespace, sink: Sink, producer: Any, log:
     sink.reset()
     process = spawn(kind, args, sink, log)
     try:
-        sink.wait(lambda: sink.noops, 120)
+        first, first_count = sink.wait_count(1, 120)
         cpu_first = cpu_seconds(process.pid)
-        sink.wait(lambda: len(sink.noops) >= args.tasks, 600)
+        last, last_count = sink.wait_count(args.tasks, 600)
         cpu_last = cpu_seconds(process.pid)
-        first, last = sink.noops[0], sink.noops[args.tasks - 1]
-        result["throughput"] = (args.tasks - 1) / (last - first)
-        result["cpu_ms"] = (cpu_last - cpu_first) / (args.tasks - 1) * 1000
+        result["throughput"] = (last_count - first_count) / (last - first)
+        result["cpu_ms"] = (cpu_last - cpu_first) / (last_count - first_count) * 1000
         result["pss"] = pss_mib(process.pid)
     finally:
         stop(process)
