@@ -155,6 +155,53 @@ def test_frames_are_cut_from_what_arrived_and_a_bad_frame_end_is_refused() -> No
         transport.next_frame()
 
 
+def test_a_short_read_is_not_followed_by_a_read_that_finds_the_socket_empty() -> None:
+    from worker_transport_amqp.reading import READ_SIZE, BufferedTCPTransport, dispatch_arrived
+
+    def frame(payload: bytes) -> bytes:
+        return struct.pack(">BHI", 8, 0, len(payload)) + payload + b"\xce"
+
+    class Socket:
+        def __init__(self, reads: list[bytes]) -> None:
+            self.reads = reads
+            self.calls = 0
+
+        def recv(self, size: int, flags: int = 0) -> bytes:
+            self.calls += 1
+            if not self.reads:
+                raise BlockingIOError
+            return self.reads.pop(0)
+
+    class Connection:
+        def __init__(self, transport: BufferedTCPTransport) -> None:
+            self.transport = transport
+            self.frames: list[tuple[int, int, bytes]] = []
+
+        def on_inbound_frame(self, frame: tuple[int, int, bytes]) -> None:
+            self.frames.append(frame)
+
+    transport = BufferedTCPTransport("127.0.0.1:5672")  # not connected: only buffer and socket used
+    # a short read holding two frames and half a third: the rest is left to the next readable event
+    third = frame(b"third")
+    transport.sock = sock = Socket([frame(b"one") + frame(b"two") + third[:4], third[4:]])
+    connection = Connection(transport)
+    assert dispatch_arrived(connection, 100) is False
+    assert [payload for _, _, payload in connection.frames] == [b"one", b"two"] and sock.calls == 1
+    assert dispatch_arrived(connection, 100) is False
+    assert connection.frames[-1][2] == b"third" and sock.calls == 2
+    # a read that filled the whole request may have left more behind: the socket is read again
+    big = frame(bytes(READ_SIZE - 8))
+    transport.sock = sock = Socket([big, frame(b"after")])
+    assert dispatch_arrived(connection, 100) is False
+    assert connection.frames[-1][2] == b"after" and sock.calls == 2
+    # the limit hands control back with frames still buffered, and the socket is not read
+    transport.sock = sock = Socket([])
+    transport._read_buffer = frame(b"a") + frame(b"b")
+    assert dispatch_arrived(connection, 1) is True and connection.frames[-1][2] == b"a"
+    assert dispatch_arrived(connection, 1) is True and connection.frames[-1][2] == b"b"
+    assert sock.calls == 0
+
+
 def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_name: str) -> None:
     """A blocking read (py-amqp waiting for a reply) takes everything that has arrived; the
     frames after the one it needed are in no socket any more, so the hub must find them in the

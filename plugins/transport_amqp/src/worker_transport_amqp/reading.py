@@ -60,13 +60,13 @@ class BufferedTCPTransport(TCPTransport):  # type: ignore[misc]
         self._read_buffer = buffer[end + 1:]
         return frame_type, channel, buffer[7:end]
 
-    def read_arrived(self) -> bool:
-        """Add what has arrived on the socket to the buffer without waiting; False if nothing
-        had. A closed connection raises, as py-amqp's own read does."""
+    def read_arrived(self) -> int:
+        """Add what has arrived on the socket to the buffer without waiting; returns how many
+        bytes that was (0 if nothing had). A closed connection raises, as py-amqp's own read does."""
         try:
             data = self.sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
         except (BlockingIOError, InterruptedError):
-            return False
+            return 0
         except OSError:
             self.connected = False
             raise
@@ -74,19 +74,28 @@ class BufferedTCPTransport(TCPTransport):  # type: ignore[misc]
             self.connected = False
             raise OSError("Server unexpectedly closed connection")
         self._read_buffer += data
-        return True
+        return len(data)
 
 
 def dispatch_arrived(connection: Any, limit: int) -> bool:
     """Hand up to ``limit`` frames that have arrived to ``connection`` (a py-amqp connection on
     a :class:`BufferedTCPTransport`), reading the socket only when the buffer holds no whole
-    frame. False once everything that had arrived was handled; True if ``limit`` was reached."""
+    frame. False once everything that had arrived was handled; True if ``limit`` was reached.
+
+    A read that returned less than it asked for took everything there was: the socket is not
+    read again just to find it empty (anything arriving later makes the loop's poll report the
+    socket readable again)."""
     transport = connection.transport
+    drained = False
     for _ in range(limit):
         frame = transport.next_frame()
         if frame is None:
-            if not transport.read_arrived():
+            if drained:
                 return False
+            got = transport.read_arrived()
+            if not got:
+                return False
+            drained = got < READ_SIZE
             continue
         connection.on_inbound_frame(frame)
     return True
