@@ -156,38 +156,39 @@ class Task:
 
     @property
     def acks_late(self) -> bool:
-        return self.app.conf.task_acks_late if self._acks_late is None else self._acks_late
+        return self.app.settings.task_acks_late if self._acks_late is None else self._acks_late
 
     @property
     def ignore_result(self) -> bool:
-        return self.app.conf.task_ignore_result if self._ignore_result is None else self._ignore_result
+        return self.app.settings.task_ignore_result if self._ignore_result is None else self._ignore_result
 
     @property
     def default_retry_delay(self) -> float:
         delay = self._default_retry_delay
-        return float(self.app.conf.task_default_retry_delay if delay is None else delay)
+        return float(self.app.settings.task_default_retry_delay if delay is None else delay)
 
     @property
     def time_limit(self) -> float | None:
-        return self.app.conf.task_time_limit if self._time_limit is None else self._time_limit
+        return self.app.settings.task_time_limit if self._time_limit is None else self._time_limit
 
     @property
     def soft_time_limit(self) -> float | None:
-        return self.app.conf.task_soft_time_limit if self._soft_time_limit is None else self._soft_time_limit
+        limit = self._soft_time_limit
+        return self.app.settings.task_soft_time_limit if limit is None else limit
 
     @property
     def reject_on_worker_lost(self) -> bool:
         value = self._reject_on_worker_lost
-        return bool(self.app.conf.task_reject_on_worker_lost if value is None else value)
+        return bool(self.app.settings.task_reject_on_worker_lost if value is None else value)
 
     @property
     def acks_on_failure_or_timeout(self) -> bool:
         value = self._acks_on_failure_or_timeout
-        return self.app.conf.task_acks_on_failure_or_timeout if value is None else value
+        return self.app.settings.task_acks_on_failure_or_timeout if value is None else value
 
     @property
     def track_started(self) -> bool:
-        return self.app.conf.task_track_started if self._track_started is None else self._track_started
+        return self.app.settings.task_track_started if self._track_started is None else self._track_started
 
     # -- running -------------------------------------------------------------------------------
 
