@@ -102,7 +102,10 @@ class SoloPool:
             if accept_callback is not None:
                 accept_callback(self.pid, monotonic())
             try:
-                with self._limits(soft, hard, timeout_callback):
+                if soft or hard:
+                    with self._limits(soft, hard, timeout_callback):
+                        retval = target(*args, **(kwargs or {}))
+                else:  # no limits: no context manager to enter
                     retval = target(*args, **(kwargs or {}))
             except _HardLimit:
                 if error_callback is not None:
@@ -121,9 +124,6 @@ class SoloPool:
     @contextmanager
     def _limits(self, soft: float | None, hard: float | None,
                 timeout_callback: Callable[[bool, float], None] | None) -> Iterator[None]:
-        if not soft and not hard:
-            yield
-            return
         if threading.current_thread() is not threading.main_thread():
             if not self._warned_limits:
                 logger.warning("solo pool: time limits need the main thread; running without them")
