@@ -13,7 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from time import monotonic
 from typing import Any, ClassVar
 
@@ -26,6 +26,9 @@ logger = logging.getLogger("worker.pool")
 
 
 _running_here = threading.local()
+
+#: what a job without time limits runs in (cheaper to enter than the limits' generator)
+_NO_LIMITS = nullcontext()
 
 
 def interrupt_inline_job() -> None:
@@ -102,10 +105,7 @@ class SoloPool:
             if accept_callback is not None:
                 accept_callback(self.pid, monotonic())
             try:
-                if soft or hard:
-                    with self._limits(soft, hard, timeout_callback):
-                        retval = target(*args, **(kwargs or {}))
-                else:  # no limits: no context manager to enter
+                with self._limits(soft, hard, timeout_callback) if soft or hard else _NO_LIMITS:
                     retval = target(*args, **(kwargs or {}))
             except _HardLimit:
                 if error_callback is not None:
