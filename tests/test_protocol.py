@@ -54,6 +54,23 @@ def test_a_celery_message_decodes_with_every_field():
     assert envelope.root_id == task_id and envelope.correlation_id == task_id
 
 
+def test_each_header_and_property_lands_in_its_own_field():
+    headers = {"task": "proj.t", "id": "id-1", "retries": 3, "eta": "2026-11-21T12:00:00+00:00",
+               "expires": "2026-11-21T13:00:00+00:00", "timelimit": [20, 7], "root_id": "root",
+               "parent_id": "parent", "group": "grp", "group_index": 4, "origin": "gen@host",
+               "shadow": "shadowed", "ignore_result": True, "argsrepr": "(1,)", "kwargsrepr": "{'k': 2}"}
+    envelope = decode(headers, [[1], {"k": 2}, {"chain": None}],
+                      properties={"reply_to": "reply-q", "correlation_id": "corr"})
+    assert {name: getattr(envelope, name) for name in envelope.__slots__ if name != "__weakref__"} == {
+        "name": "proj.t", "id": "id-1", "args": [1], "kwargs": {"k": 2}, "embed": {"chain": None},
+        "retries": 3, "eta": NOW, "expires": NOW + timedelta(hours=1), "time_limit": 20.0,
+        "soft_time_limit": 7.0, "root_id": "root", "parent_id": "parent", "group": "grp",
+        "group_index": 4, "origin": "gen@host", "shadow": "shadowed", "ignore_result": True,
+        "argsrepr": "(1,)", "kwargsrepr": "{'k': 2}", "reply_to": "reply-q", "correlation_id": "corr",
+        "headers": headers,
+    }
+
+
 def test_kombu_json_types_round_trip():
     stamp = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     args = [stamp, Decimal("1.50"), uuid.UUID(int=7), b"\x00raw"]
