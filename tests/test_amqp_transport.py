@@ -381,6 +381,88 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
         assert connection.default_channel.queue_declare(queue_name, passive=True).message_count == 0
 
 
+def test_acks_go_out_at_half_the_prefetch_window_when_all_are_acked_or_after_the_hold(
+        queue_name: str) -> None:
+    from worker_transport_amqp.channel import ACK_HOLD
+
+    settings = Settings()
+    queue = task_queue(queue_name, settings)
+    with connect(settings) as connection:
+        publish(connection, queue, list(range(6)))
+        got: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
+        consumer.qos(prefetch_count=4)  # a batch is 2
+        consumer.consume()
+        channel = connection.default_channel
+        hub = Hub()
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        hub.call_repeatedly(0.02, lambda: None)  # short turns, as with a worker's timers
+        turns = hub.create_loop()
+
+        def turn_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+            deadline = time.monotonic() + timeout
+            while not condition():
+                assert time.monotonic() < deadline, "timed out"
+                next(turns)
+
+        try:
+            turn_until(lambda: len(got) == 4)
+            got[0].ack()
+            next(turns)
+            assert channel._acked == {got[0].delivery_tag}  # 1 of 4: held for company
+            got[1].ack()
+            next(turns)
+            assert not channel._acked  # half the window: sent, and the broker sends two more
+            turn_until(lambda: len(got) == 6)
+            got[2].ack()
+            held_at = time.monotonic()
+            next(turns)
+            assert channel._acked == {got[2].delivery_tag}
+            turn_until(lambda: not channel._acked)  # nothing else happens: the hold runs out
+            assert time.monotonic() - held_at < ACK_HOLD + 0.2  # a timer sent it, no batch did
+            for message in got[3:5]:
+                message.ack()  # 2 of the 3 delivered and unacknowledged: a batch
+            next(turns)
+            assert not channel._acked
+            assert [m.delivery_tag for m in got[5:]] == list(channel._delivered)
+        finally:
+            hub.close()
+    # the connection closed with the sixth unacknowledged: the acks covered exactly the others
+    with connect(settings) as connection:
+        again: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
+        consumer.consume()
+        drain(connection, lambda: len(again) == 1)
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.3)
+        assert [m.decode() for m in again] == [5]
+        again[0].ack()
+        connection.default_channel.flush_acks()
+
+
+def test_every_delivered_message_acknowledged_sends_the_acks_at_once(queue_name: str) -> None:
+    settings = Settings()
+    queue = task_queue(queue_name, settings)
+    with connect(settings) as connection:
+        publish(connection, queue, [1])
+        got: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
+        consumer.qos(prefetch_count=8)
+        consumer.consume()
+        hub = Hub()
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        turns = hub.create_loop()
+        try:
+            deadline = time.monotonic() + 5
+            while not got and time.monotonic() < deadline:
+                next(turns)
+            got[0].ack()  # one of a window of 8, but nothing else is delivered: no waiting
+            next(turns)
+            assert not connection.default_channel._acked and not connection.default_channel._delivered
+        finally:
+            hub.close()
+
+
 def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_come_back(
         queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings()

@@ -15,7 +15,7 @@ from typing import Any
 from amqp.exceptions import ConnectionForced, RecoverableConnectionError
 from kombu.transport import pyamqp as _pyamqp
 
-from .channel import Connection
+from .channel import ACK_HOLD, Connection
 from .reading import BufferedTCPTransport, dispatch_arrived
 
 __all__ = ["SSLTransport", "Transport"]
@@ -26,7 +26,7 @@ pyamqp: Any = _pyamqp
 
 class Transport(pyamqp.Transport):  # type: ignore[misc]
     """kombu's py-amqp transport; a missed heartbeat drops the connection's socket, and
-    acknowledgements go out in batches (see :mod:`.channel`) at every loop turn."""
+    acknowledgements go out in batches (see :mod:`.channel`) between loop turns."""
 
     Connection = Connection
 
@@ -35,7 +35,20 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)
-        loop.on_tick.add(connection.flush_acks)
+        timer = [None]  # sends held acknowledgements if no batch completes before it fires
+
+        def flush_held() -> None:
+            timer[0] = None
+            if connection.connected:
+                connection.flush_acks()
+
+        def on_ack_held() -> None:
+            # armed while handling events, so the loop's next poll waits no longer than this
+            if timer[0] is None:
+                timer[0] = loop.call_later(ACK_HOLD, flush_held)
+
+        connection.on_ack_held = on_ack_held
+        loop.on_tick.add(connection.flush_acks_due)
         if isinstance(connection.transport, BufferedTCPTransport):
             loop.on_tick.add(connection.dispatch_buffered)
 
