@@ -178,6 +178,12 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         return super().close(*args, **kwargs)
 
 
+def _open_channels(connection: Any) -> list[Channel]:
+    # After collect() (a dropped connection) there are no channels left.
+    return [channel for channel in (connection.channels or {}).values()
+            if isinstance(channel, Channel) and channel.is_open]
+
+
 class Connection(pyamqp.Connection):  # type: ignore[misc]
     Channel = Channel
 
@@ -209,15 +215,12 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
             self.on_inbound_frame(frame)
 
     def flush_acks(self) -> None:
-        # After collect() (a dropped connection) there are no channels left to flush.
-        for channel in list((self.channels or {}).values()):
-            if isinstance(channel, Channel) and channel.is_open:
-                channel.flush_acks()
+        for channel in _open_channels(self):
+            channel.flush_acks()
 
     def flush_acks_due(self) -> None:
-        for channel in list((self.channels or {}).values()):
-            if isinstance(channel, Channel) and channel.is_open:
-                channel.flush_acks_due()
+        for channel in _open_channels(self):
+            channel.flush_acks_due()
 
     def collect(self) -> None:
         """Drop a lost connection, saying how many acknowledgements it could not send."""

@@ -35,17 +35,19 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)
-        timer = [None]  # sends held acknowledgements if no batch completes before it fires
+        timer = None  # sends held acknowledgements if no batch completes before it fires
 
         def flush_held() -> None:
-            timer[0] = None
+            nonlocal timer
+            timer = None
             if connection.connected:
                 connection.flush_acks()
 
         def on_ack_held() -> None:
             # armed while handling events, so the loop's next poll waits no longer than this
-            if timer[0] is None:
-                timer[0] = loop.call_later(ACK_HOLD, flush_held)
+            nonlocal timer
+            if timer is None:
+                timer = loop.call_later(ACK_HOLD, flush_held)
 
         connection.on_ack_held = on_ack_held
         loop.on_tick.add(connection.flush_acks_due)
