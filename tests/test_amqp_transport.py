@@ -415,7 +415,7 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
         assert connection.default_channel.queue_declare(queue_name, passive=True).message_count == 0
 
 
-def test_acks_go_out_at_half_the_prefetch_window_when_all_are_acked_or_after_the_hold(
+def test_acks_wait_while_the_window_has_room_until_half_of_it_is_acked_or_the_hold_runs_out(
         queue_name: str) -> None:
     from worker_transport_amqp.channel import ACK_HOLD
 
@@ -425,7 +425,7 @@ def test_acks_go_out_at_half_the_prefetch_window_when_all_are_acked_or_after_the
         publish(connection, queue, list(range(6)))
         got: list[Any] = []
         consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
-        consumer.qos(prefetch_count=4)  # a batch is 2
+        consumer.qos(prefetch_count=8)  # a batch is 4; six delivered leave the window room
         consumer.consume()
         channel = connection.default_channel
         hub = Hub()
@@ -440,52 +440,108 @@ def test_acks_go_out_at_half_the_prefetch_window_when_all_are_acked_or_after_the
                 next(turns)
 
         try:
-            turn_until(lambda: len(got) == 4)
+            turn_until(lambda: len(got) == 6)
             got[0].ack()
             next(turns)
-            assert channel._acked == {got[0].delivery_tag}  # 1 of 4: held for company
-            got[1].ack()
+            assert channel._acked == {got[0].delivery_tag}  # 1 of 8: held for company
+            for message in got[1:3]:
+                message.ack()
             next(turns)
-            assert not channel._acked  # half the window: sent, and the broker sends two more
-            turn_until(lambda: len(got) == 6)
-            got[2].ack()
+            assert len(channel._acked) == 3
+            got[3].ack()
+            next(turns)
+            assert not channel._acked  # half the window: sent
+            assert list(channel._delivered) == [m.delivery_tag for m in got[4:]]
+            quiet_until = time.monotonic() + 2 * ACK_HOLD  # the first hold's timer has fired
+            turn_until(lambda: time.monotonic() > quiet_until)
+            got[4].ack()
             held_at = time.monotonic()
             next(turns)
-            assert channel._acked == {got[2].delivery_tag}
+            assert channel._acked == {got[4].delivery_tag}
             turn_until(lambda: not channel._acked)  # nothing else happens: the hold runs out
             assert time.monotonic() - held_at < ACK_HOLD + 0.2  # a timer sent it, no batch did
-            for message in got[3:5]:
-                message.ack()  # 2 of the 3 delivered and unacknowledged: a batch
-            next(turns)
-            assert not channel._acked
-            assert [m.delivery_tag for m in got[5:]] == list(channel._delivered)
+            assert list(channel._delivered) == [got[5].delivery_tag]
         finally:
             hub.close()
     # the connection closed with the sixth unacknowledged: the acks covered exactly the others
     assert redelivered(settings, queue, 1) == [5]
 
 
-def test_every_delivered_message_acknowledged_sends_the_acks_at_once(queue_name: str) -> None:
+def test_acks_of_everything_delivered_wait_while_the_window_has_room_and_go_at_once_when_full(
+        queue_name: str) -> None:
+    from worker_transport_amqp.channel import ACK_HOLD
+
     settings = Settings()
     queue = task_queue(queue_name, settings)
     with connect(settings) as connection:
-        publish(connection, queue, [1])
+        publish(connection, queue, [1, 2, 3])
         got: list[Any] = []
         consumer = kombu.Consumer(connection.default_channel, [queue], on_message=got.append, no_ack=False)
-        consumer.qos(prefetch_count=8)
+        consumer.qos(prefetch_count=8)  # a batch is 4
         consumer.consume()
+        channel = connection.default_channel
+        hub = Hub()
+        connection.transport.register_with_event_loop(connection.connection, hub)
+        hub.call_repeatedly(0.02, lambda: None)
+        turns = hub.create_loop()
+
+        def turn_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+            deadline = time.monotonic() + timeout
+            while not condition():
+                assert time.monotonic() < deadline, "timed out"
+                next(turns)
+
+        try:
+            turn_until(lambda: len(got) == 3)
+            for message in got:
+                message.ack()
+            next(turns)
+            # all delivered are acknowledged, but the window has room: more would come without
+            # these, so they wait for company (here none comes, and the hold sends them)
+            assert len(channel._acked) == 3
+            turn_until(lambda: not channel._acked)
+            quiet_until = time.monotonic() + 2 * ACK_HOLD  # no hold timer left pending
+            turn_until(lambda: time.monotonic() > quiet_until)
+            publish(connection, queue, [4, 5, 6, 7])
+            turn_until(lambda: len(got) == 7)
+            channel.basic_qos(0, 4, False)  # the window is now what is delivered: full
+            got[3].ack()  # less than a batch (2), but the broker sends nothing until it hears of it
+            next(turns)
+            assert not channel._acked
+            assert list(channel._delivered) == [m.delivery_tag for m in got[4:]]
+        finally:
+            hub.close()
+    assert sorted(redelivered(settings, queue, 3)) == [5, 6, 7]
+
+
+def test_half_the_window_acknowledged_goes_out_before_the_next_delivery_is_handled(
+        queue_name: str) -> None:
+    settings = Settings()
+    queue = task_queue(queue_name, settings)
+    with connect(settings) as connection:
+        publish(connection, queue, [1, 2, 3, 4])
+        channel = connection.default_channel
+        held_on_arrival: list[int] = []
+
+        def run_inline(message: Any) -> None:  # as the solo pool does: the task runs, then the next
+            held_on_arrival.append(len(channel._acked))
+            message.ack()
+
+        consumer = kombu.Consumer(channel, [queue], on_message=run_inline, no_ack=False)
+        consumer.qos(prefetch_count=4)  # a batch is 2
         hub = Hub()
         connection.transport.register_with_event_loop(connection.connection, hub)
         turns = hub.create_loop()
         try:
+            consumer.consume()
+            time.sleep(0.3)  # all four are in the socket: one read, one turn hands them all over
             deadline = time.monotonic() + 5
-            while not got and time.monotonic() < deadline:
+            while len(held_on_arrival) < 4 and time.monotonic() < deadline:
                 next(turns)
-            got[0].ack()  # one of a window of 8, but nothing else is delivered: no waiting
-            next(turns)
-            assert not connection.default_channel._acked and not connection.default_channel._delivered
         finally:
             hub.close()
+    # the third found the first two sent (without this, it would find 2 held and the fourth 3)
+    assert held_on_arrival == [0, 1, 0, 1]
 
 
 def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_come_back(

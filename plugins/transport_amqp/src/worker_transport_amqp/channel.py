@@ -7,17 +7,26 @@ acks for the rest. A tag is never covered by a multiple ack unless it was acknow
 unacknowledged messages (``acks_late`` tasks still running, prefetched ones not started) stay
 unacknowledged.
 
-When they go out: between two event-loop turns once half the prefetch window is acknowledged
-(the broker then has room to send more while the other half is worked on) or every delivered
-message is (nothing else would make room); under an event loop, at the latest :data:`ACK_HOLD`
-seconds after the first one was held (a timer the loop arms through
-:attr:`Connection.on_ack_held`); and at once before a drain, a reject, a QoS change or a close.
+When they go out: once half the prefetch window is acknowledged, before the next delivered
+message is handled or when the event-loop turn ends, whichever comes first (the broker refills
+that half while the rest is worked on; a worker running tasks inline acknowledges two messages
+of a window of four, and the broker sends two more while it runs the next two); when the turn
+ends with the window full (the broker sends nothing more until it hears of one); under an event
+loop, at the latest :data:`ACK_HOLD` seconds after the first one was held (a timer the loop arms
+through :attr:`Connection.on_ack_held`: the queue ran dry); and at once before a drain, a
+reject, a QoS change or a close.
+
+Holding an acknowledgement while the window still has room costs nothing: the broker sends the
+messages that fill it without waiting, and their acknowledgements go out together. Sending them
+whenever every delivered message is acknowledged would have the broker answer each lone
+acknowledgement with one message: one socket read and one loop turn per message.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+import sys
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -51,6 +60,7 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self._delivered: deque[int] = deque()
         self._acked: set[int] = set()
         self._ack_batch = 1  # how many make a batch: half the prefetch window (see basic_qos)
+        self._window = 1  # the prefetch window: unacknowledged messages the broker sends at most
 
     def dispatch_method(self, method_sig: tuple[int, int], payload: bytes, content: Any) -> Any:
         """py-amqp's dispatch, with ``basic.deliver`` (every message) read without its generic
@@ -62,6 +72,8 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             arguments = deliver_arguments(payload)
         except (IndexError, struct.error):
             return super().dispatch_method(method_sig, payload, content)  # raises py-amqp's error
+        if len(self._acked) >= self._ack_batch:
+            self.flush_acks()  # before this message is worked on (see the module's docstring)
         if self.auto_decode and hasattr(content, "content_encoding"):
             try:
                 content.body = content.body.decode(content.content_encoding)
@@ -89,7 +101,7 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
     def flush_acks_due(self) -> None:
         """Send the gathered acknowledgements if a batch is complete (see the module's docstring)."""
         acked = self._acked
-        if acked and (len(acked) >= self._ack_batch or len(acked) == len(self._delivered)):
+        if acked and (len(acked) >= self._ack_batch or len(self._delivered) >= self._window):
             self.flush_acks()
 
     def flush_acks(self) -> None:
@@ -167,6 +179,7 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self.flush_acks()
         # no limit: the broker never waits for acknowledgements, a batch can be larger
         self._ack_batch = max(1, prefetch_count // 2) if prefetch_count else 64
+        self._window = prefetch_count or sys.maxsize
         return super().basic_qos(prefetch_size, prefetch_count, a_global)
 
     def close(self, *args: Any, **kwargs: Any) -> Any:
