@@ -166,3 +166,24 @@ def test_non_mapping_headers_are_refused():
 def test_base64_is_not_confused_with_json():
     with pytest.raises(ProtocolError):
         decode({"task": "t", "id": "i"}, base64.b64encode(b"[[], {}, {}]"))
+
+
+@pytest.mark.parametrize("text", [
+    '[[2, 2], {}, {"callbacks": null, "errbacks": null, "chain": null, "chord": null}]',
+    ' [1, "two"]\n', '"text"', "3.5", "{}", "null",  # whitespace around the value, scalars
+    "", " ", "[1", "[1] x", "[1]]", "{'a': 1}", '"\\ud800"', "[NaN]",  # errors and oddities
+])
+def test_body_json_reads_what_the_json_module_reads_and_fails_as_it_does(text: str) -> None:
+    from worker_core.protocol.fastjson import loads
+
+    try:
+        expected: tuple[str, object] = ("value", json.loads(text))
+    except json.JSONDecodeError as exc:
+        expected = ("error", str(exc))
+    try:
+        got: tuple[str, object] = ("value", loads(text))
+    except json.JSONDecodeError as exc:
+        got = ("error", str(exc))
+    assert repr(got) == repr(expected)
+    if got[0] == "value":  # a body that arrived as bytes reads the same
+        assert repr(loads(text.encode())) == repr(got[1])

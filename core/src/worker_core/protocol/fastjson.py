@@ -11,7 +11,11 @@ from kombu.utils.json import loads as kombu_loads
 
 __all__ = ["dumps", "loads"]
 
-_decode = json.JSONDecoder().decode
+_decoder = json.JSONDecoder()
+_decode = _decoder.decode
+#: the decoder's C scanner, called directly: ``decode`` adds two whitespace regex matches and a
+#: method call around it (0.8 us of 1.4 for a task body)
+_scan = _decoder.scan_once  # type: ignore[attr-defined]  # (set in __init__, not in the stubs)
 _encode = json.JSONEncoder(ensure_ascii=False).encode
 
 
@@ -21,7 +25,13 @@ def loads(data: str | bytes | bytearray | memoryview) -> Any:
         data = bytes(data).decode("utf-8")
     if '"__type__"' in data:
         return kombu_loads(data)
-    return _decode(data)
+    try:
+        value, end = _scan(data, 0)
+    except StopIteration:
+        return _decode(data)  # raises the decoder's own error
+    if end != len(data):
+        return _decode(data)  # whitespace around the value, or an error for what follows it
+    return value
 
 
 def dumps(value: Any) -> str:
