@@ -144,6 +144,37 @@ def test_the_frame_handler_hands_over_whole_messages_heartbeats_anywhere() -> No
     assert got[-1][3].body == "" and got[-1][3].properties == {}  # py-amqp's empty body
 
 
+class DeliveringConnection(FakeConnection):
+    def __init__(self) -> None:
+        self.delivered: list[tuple[Any, ...]] = []
+
+    def on_delivery(self, *args: Any) -> None:
+        self.delivered.append(args)
+
+
+def test_a_delivery_goes_whole_to_the_connections_on_delivery_and_other_content_to_the_callback() -> None:
+    connection = DeliveringConnection()
+    others: list[tuple[Any, ...]] = []
+    handle = frame_handler(connection, lambda *args: others.append(args))
+    props = {"content_type": "application/json", "application_headers": celery_headers()}
+    frames = frames_of(props, b"0123456789", chunk=3)
+    assert [handle(frame) for frame in frames] == [False, False, False, False, False, True]
+    [(channel, arguments, properties, body)] = connection.delivered
+    assert (channel, arguments, properties, body) == (1, frames[0][2], props, b"0123456789")
+    assert [handle(frame) for frame in frames_of({}, b"", channel=3)] == [False, True]
+    assert connection.delivered[-1][2:] == ({}, "")  # py-amqp's empty body
+    assert not others
+    # basic.get-ok carries content too, but py-amqp's own code handles it: its message, as before
+    get_ok = struct.pack(">HH", *Basic.GetOk) + bytes(dumps("LbssL", [9, False, "ex", "rk", 0]))
+    header = struct.pack(">HHQ", Basic.CLASS_ID, 0, 2) + encoded(props)
+    results = [handle(frame) for frame in [(1, 2, get_ok), (2, 2, header), (3, 2, b"hi")]]
+    assert results == [False, False, True]
+    [(channel, method, arguments, content)] = others
+    assert (channel, method, arguments) == (2, Basic.GetOk, get_ok)
+    assert isinstance(content, Content) and content.body == b"hi" and content.properties == props
+    assert content.ready and content.body_size == 2
+
+
 def test_a_frame_out_of_order_is_refused() -> None:
     handle = frame_handler(FakeConnection(), lambda *args: None)
     method, _, body = frames_of({}, b"abc")
@@ -172,3 +203,51 @@ def test_celery_headers_come_through_rabbitmq_unchanged() -> None:
         finally:
             connection.default_channel.queue_delete(name)
     assert got == [({"n": 1}, headers)]
+
+
+def test_a_consumer_gets_kombus_message_with_what_py_amqps_path_would_give_it() -> None:
+    require_server(5672, "RabbitMQ")
+    from kombu.transport.pyamqp import Message as KombuMessage
+
+    from worker_transport_amqp.channel import DeliveredMessage
+
+    headers = celery_headers()
+    name = f"wt-{uuid.uuid4().hex[:10]}"
+    got: list[Any] = []
+    with connect() as connection:
+        channel = connection.default_channel
+        queue = kombu.Queue(name, routing_key=name)
+        try:
+            producer = kombu.Producer(channel)
+            producer.publish({"n": 1}, exchange="", routing_key=name, declare=[queue], headers=headers,
+                             correlation_id="c-1", reply_to="replies", priority=3)
+            consumer = kombu.Consumer(channel, [queue], on_message=got.append, no_ack=False)
+            with consumer:
+                drain(connection, lambda: got)
+            [message] = got
+            assert isinstance(message, DeliveredMessage)
+            # what kombu makes of py-amqp's message for the same delivery
+            raw = Message(message.body, channel=channel, **message.properties)
+            raw.delivery_info = message.delivery_info
+            expected = KombuMessage(raw, channel=channel)
+            for field in ("body", "delivery_tag", "content_type", "content_encoding", "delivery_info",
+                          "properties", "headers", "channel"):
+                assert getattr(message, field) == getattr(expected, field), field
+            assert message.delivery_info["routing_key"] == name and message.delivery_info["exchange"] == ""
+            assert message.headers == headers and message.decode() == {"n": 1}
+            message.ack()
+        finally:
+            channel.queue_delete(name)
+
+
+def test_a_delivery_for_a_consumer_that_is_gone_is_given_back_as_py_amqp_does() -> None:
+    require_server(5672, "RabbitMQ")
+    with connect() as connection:
+        channel = connection.default_channel
+        sent: list[tuple[Any, ...]] = []
+        channel.send_method = lambda method, argsig, args=(), **kw: sent.append((method, *args))
+        arguments = dumps("sLbss", ["no-such-consumer", 42, False, "", "rk"])
+        payload = struct.pack(">HH", *Basic.Deliver) + bytes(arguments)
+        channel.on_delivery(payload, {}, b"{}")
+        assert sent == [(Basic.Reject, 42, True)]  # requeued, not left unacknowledged
+        assert 42 not in channel._delivered

@@ -32,12 +32,13 @@ from collections.abc import Callable
 from typing import Any
 
 from amqp.exceptions import RecoverableConnectionError
+from kombu import message as kombu_message
 from kombu.transport import pyamqp as _pyamqp
 
-from .decoding import BASIC_DELIVER, deliver_arguments, frame_handler
+from .decoding import BASIC_DELIVER, content_of, deliver_arguments, frame_handler
 from .reading import BufferedTCPTransport
 
-__all__ = ["ACK_HOLD", "Channel", "Connection"]
+__all__ = ["ACK_HOLD", "Channel", "Connection", "DeliveredMessage"]
 
 #: a ``basic.ack`` method frame: type 1, channel, size 13, class 60, method 80, delivery tag,
 #: the ``multiple`` bit, frame end
@@ -54,6 +55,19 @@ LOST = ("Could not acknowledge %d message(s): %s; RabbitMQ delivers them again (
         "already ran may run twice)")
 
 
+class DeliveredMessage(pyamqp.Message):  # type: ignore[misc]
+    """kombu's message for a delivery, made from its decoded parts (see :meth:`Channel.on_delivery`)."""
+
+    def __init__(self, channel: Any, body: Any, properties: dict[str, Any],
+                 delivery_info: dict[str, Any]) -> None:
+        kombu_message.Message.__init__(
+            self, body=body, channel=channel, delivery_tag=delivery_info["delivery_tag"],
+            content_type=properties.get("content_type"), content_encoding=properties.get("content_encoding"),
+            delivery_info=delivery_info, properties=properties,
+            headers=properties.get("application_headers") or {},
+        )
+
+
 class Channel(pyamqp.Channel):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -62,24 +76,37 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self._ack_batch = 1  # how many make a batch: half the prefetch window (see basic_qos)
         self._window = 1  # the prefetch window: unacknowledged messages the broker sends at most
 
-    def dispatch_method(self, method_sig: tuple[int, int], payload: bytes, content: Any) -> Any:
-        """py-amqp's dispatch, with ``basic.deliver`` (every message) read without its generic
-        argument reader; anything unusual takes py-amqp's own path."""
-        if (method_sig != BASIC_DELIVER or content is None or self.is_closing
-                or BASIC_DELIVER in self._pending):
-            return super().dispatch_method(method_sig, payload, content)
+    def on_delivery(self, payload: bytes, properties: dict[str, Any], body: Any) -> Any:
+        """A ``basic.deliver`` and its message, decoded: kombu's message is built from them
+        and handed to the consumer's callback (py-amqp's generic dispatch builds its own message
+        first, then kombu copies it into one of its own). Anything unusual takes py-amqp's path."""
+        if self.is_closing or BASIC_DELIVER in self._pending:
+            return dispatch_as_py_amqp(self, payload, properties, body)
         try:
-            arguments = deliver_arguments(payload)
+            consumer_tag, delivery_tag, redelivered, exchange, routing_key = deliver_arguments(payload)
         except (IndexError, struct.error):
-            return super().dispatch_method(method_sig, payload, content)  # raises py-amqp's error
+            return dispatch_as_py_amqp(self, payload, properties, body)  # raises py-amqp's error
+        callback = self.callbacks.get(consumer_tag)
+        if callback is None:  # py-amqp warns and gives it back
+            return dispatch_as_py_amqp(self, payload, properties, body)
         if len(self._acked) >= self._ack_batch:
             self.flush_acks()  # before this message is worked on (see the module's docstring)
-        if self.auto_decode and hasattr(content, "content_encoding"):
+        if consumer_tag not in self.no_ack_consumers:
+            self._delivered.append(delivery_tag)
+        if self.auto_decode and "content_encoding" in properties:
             try:
-                content.body = content.body.decode(content.content_encoding)
+                body = body.decode(properties["content_encoding"])
             except Exception:
                 pass  # as py-amqp: the body stays bytes
-        return self._on_basic_deliver(*arguments, content)
+        delivery_info = {"consumer_tag": consumer_tag, "delivery_tag": delivery_tag,
+                         "redelivered": redelivered, "exchange": exchange, "routing_key": routing_key}
+        callback(DeliveredMessage(self, body, properties, delivery_info))
+
+    def message_to_python(self, raw_message: Any) -> Any:
+        """kombu's message: the one :meth:`on_delivery` built, or one made from py-amqp's."""
+        if isinstance(raw_message, DeliveredMessage):
+            return raw_message
+        return super().message_to_python(raw_message)
 
     def _on_basic_deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
                           routing_key: str, msg: Any) -> None:
@@ -191,6 +218,12 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         return super().close(*args, **kwargs)
 
 
+def dispatch_as_py_amqp(channel: Any, payload: bytes, properties: dict[str, Any], body: Any) -> Any:
+    """Hand a delivery to py-amqp's generic dispatch, with py-amqp's message."""
+    content = content_of(BASIC_DELIVER, payload, properties, body)
+    return channel.dispatch_method(BASIC_DELIVER, payload, content)
+
+
 def _open_channels(connection: Any) -> list[Channel]:
     # After collect() (a dropped connection) there are no channels left.
     return [channel for channel in (connection.channels or {}).values()
@@ -217,6 +250,16 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
                                      socket_settings, **kwargs)
         return BufferedTCPTransport(host, connect_timeout=connect_timeout, read_timeout=read_timeout,
                                     write_timeout=write_timeout, socket_settings=socket_settings, **kwargs)
+
+    def on_delivery(self, channel_id: int, payload: bytes, properties: dict[str, Any], body: Any) -> None:
+        """A whole delivered message from the frame handler (:func:`.decoding.frame_handler`)."""
+        if self.channels is None:
+            raise RecoverableConnectionError("Connection already closed")
+        channel = self.channels[channel_id]
+        if isinstance(channel, Channel):
+            channel.on_delivery(payload, properties, body)
+        else:
+            dispatch_as_py_amqp(channel, payload, properties, body)
 
     def dispatch_buffered(self) -> None:
         """Handle the whole frames left in the read buffer by a blocking read (py-amqp waiting

@@ -9,7 +9,8 @@ values are exactly py-amqp's. Text that is not UTF-8, or a header that fails to 
 decoded again by py-amqp from the start: its bytes, and its errors for malformed frames, are kept.
 
 :func:`frame_handler` is py-amqp's frame dispatcher (``Connection(frame_handler=...)``) using
-this decoder for the content header of ``basic`` class messages.
+this decoder for the content header of ``basic`` class messages, and handing a delivered message
+to the connection whole, without py-amqp's message object in between (see :mod:`.channel`).
 """
 
 from __future__ import annotations
@@ -20,16 +21,18 @@ from typing import Any
 
 from amqp.basic_message import Message
 from amqp.exceptions import UnexpectedFrame
-from amqp.serialization import _read_item, decode_properties_basic
+from amqp.serialization import PROPERTY_CLASSES, _read_item, decode_properties_basic
 from amqp.spec import Basic
 
-__all__ = ["BASIC_DELIVER", "Content", "decode_basic_properties", "deliver_arguments", "frame_handler"]
+__all__ = ["BASIC_DELIVER", "Content", "content_of", "decode_basic_properties", "decode_properties",
+           "deliver_arguments", "frame_handler"]
 
 _UINT = struct.Struct(">I").unpack_from
 _INT = struct.Struct(">i").unpack_from
 _METHOD = struct.Struct(">HH").unpack_from
 _FLAGS = struct.Struct(">H").unpack_from
 _ULONGLONG = struct.Struct(">Q").unpack_from
+_CONTENT_HEADER = struct.Struct(">HxxQ").unpack_from  # class id, (weight), body size
 
 _LONG_STRING, _VOID, _BOOL, _INT32, _TABLE, _ARRAY = b"SVtIFA"
 
@@ -135,13 +138,24 @@ def decode_basic_properties(buf: bytes, offset: int) -> tuple[dict[str, Any], in
 
 
 class Content(Message):  # type: ignore[misc]
-    """py-amqp's message, decoding ``basic`` properties with :func:`decode_basic_properties`."""
+    """py-amqp's message, for the methods py-amqp's own code handles (see :func:`frame_handler`)."""
 
-    def _load_properties(self, class_id: int, buf: bytes, offset: int) -> int:
-        if class_id != Basic.CLASS_ID:
-            return super()._load_properties(class_id, buf, offset)  # type: ignore[no-any-return]
-        self.properties, offset = decode_basic_properties(buf, offset)
-        return offset
+
+def content_of(method: tuple[int, int], args: bytes, properties: dict[str, Any], body: Any) -> Content:
+    """py-amqp's message for a content-carrying method, its decoded properties and its body."""
+    content = Content(frame_method=method, frame_args=args)
+    content.properties = properties
+    content.body = body
+    content.body_size = content.body_received = len(body)
+    content.ready = True
+    return content
+
+
+def decode_properties(class_id: int, buf: bytes, offset: int) -> dict[str, Any]:
+    """A content header's properties: ``basic`` ones here, any other class as py-amqp does."""
+    if class_id == Basic.CLASS_ID:
+        return decode_basic_properties(buf, offset)[0]
+    return PROPERTY_CLASSES[class_id](buf, offset)[0]  # type: ignore[no-any-return]  # (KeyError as py-amqp)
 
 
 def deliver_arguments(payload: bytes) -> tuple[str, int, bool, str, str]:
@@ -163,14 +177,31 @@ def deliver_arguments(payload: bytes) -> tuple[str, int, bool, str, str]:
     return consumer_tag, delivery_tag, redelivered, exchange, routing_key
 
 
+class _Arriving:
+    """A content-carrying method whose header and body frames are still arriving."""
+
+    __slots__ = ("args", "chunks", "method", "properties", "received", "size")
+
+    def __init__(self, method: tuple[int, int], args: bytes) -> None:
+        self.method = method
+        self.args = args
+        self.properties: dict[str, Any] = {}
+        self.size = self.received = 0
+        self.chunks: list[bytes] = []
+
+
 def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tuple[int, int, bytes]], bool]:
-    """py-amqp's frame dispatcher, building :class:`Content` for content-carrying methods.
+    """py-amqp's frame dispatcher, gathering content-carrying methods with their header and body.
 
     A method frame is handed to ``callback`` at once unless a content header and body follow;
-    those are gathered per channel and handed over whole. Heartbeats only count as traffic.
+    those are gathered per channel and handed over whole: a ``basic.deliver`` to
+    ``connection.on_delivery(channel, arguments, properties, body)`` if the connection has one
+    (the message is built once, by whoever consumes it), anything else to ``callback`` with
+    py-amqp's message (:func:`content_of`). Heartbeats only count as traffic.
     """
     expected: dict[int, int] = {}
-    partial: dict[int, Content] = {}
+    arriving: dict[int, _Arriving] = {}
+    deliver = getattr(connection, "on_delivery", None)
 
     def on_frame(frame: tuple[int, int, bytes]) -> bool:
         kind, channel, buf = frame
@@ -183,22 +214,34 @@ def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tu
         if kind == 1:
             method = _METHOD(buf, 0)
             if method in CONTENT_METHODS:
-                partial[channel] = Content(frame_method=method, frame_args=buf)
+                arriving[channel] = _Arriving(method, buf)
                 expected[channel] = 2
                 return False
             callback(channel, method, buf, None)
             return True
-        content = partial[channel]
+        content = arriving[channel]
+        body: Any
         if kind == 2:
-            content.inbound_header(buf)
+            class_id, size = _CONTENT_HEADER(buf, 0)
+            content.properties = decode_properties(class_id, buf, 12)
+            if size:
+                content.size = size
+                expected[channel] = 3
+                return False
+            body = ""  # py-amqp's body for a message without one
         else:
-            content.inbound_body(buf)
-        if not content.ready:
-            expected[channel] = 3
-            return False
+            content.received += len(buf)
+            if content.received < content.size:
+                content.chunks.append(buf)
+                return False
+            body = b"".join((*content.chunks, buf)) if content.chunks else buf
         expected[channel] = 1
-        del partial[channel]
-        callback(channel, content.frame_method, content.frame_args, content)
+        del arriving[channel]
+        if deliver is not None and content.method == BASIC_DELIVER:
+            deliver(channel, content.args, content.properties, body)
+        else:
+            callback(channel, content.method, content.args,
+                     content_of(content.method, content.args, content.properties, body))
         return True
 
     return on_frame
