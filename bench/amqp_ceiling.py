@@ -24,7 +24,10 @@ from urllib.parse import urlsplit
 import amqp
 from compare import QUEUE, Producer, cpu_seconds
 
-MODES = (("no acks", 8, 0), ("ack each", 8, 1), ("ack every 4", 8, 4), ("ack every 32", 64, 32))
+#: (name, prefetch count, acknowledge every N): a prefetch of 4 is a solo worker's window at the
+#: default multiplier, 8 a worker's with two processes
+MODES = (("no acks", 8, 0), ("ack each", 8, 1), ("ack every 4", 8, 4), ("ack every 2", 4, 2),
+         ("ack every 4", 4, 4), ("ack every 32", 64, 32))
 
 
 def broker_pids() -> list[int]:
