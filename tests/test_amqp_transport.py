@@ -148,6 +148,26 @@ def test_messages_round_trip_on_a_kombu_hub(queue_name: str) -> None:
     assert got == list(range(20))
 
 
+def test_bodies_larger_than_a_frame_and_empty_ones_arrive_whole_on_a_kombu_hub(queue_name: str) -> None:
+    queue, got = task_queue(queue_name, Settings()), []
+    large = {"blob": "x" * 400_000, "tail": "end"}  # about three frames of RabbitMQ's 128 KiB
+    with connect() as connection:
+        publish(connection, queue, [large])
+        kombu.Producer(connection.default_channel).publish(  # no body at all: no body frame
+            b"", exchange="", routing_key=queue.name, serializer=None, content_type="application/data",
+            content_encoding="binary")
+        publish(connection, queue, [{"n": 1}])
+
+        def on_message(message: Any) -> None:
+            got.append(message.body if message.content_type == "application/data" else message.payload)
+            message.ack()
+
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False, on_message=on_message)
+        consumer.consume()
+        run_hub(connection, lambda: len(got) == 3)
+    assert got == [large, "", {"n": 1}]  # (py-amqp's body for a message without one is "")
+
+
 def test_frames_are_cut_from_what_arrived_and_a_bad_frame_end_is_refused() -> None:
     from amqp.exceptions import UnexpectedFrame
 
