@@ -55,16 +55,36 @@ def publish(connection: kombu.Connection, queue: kombu.Queue, bodies: list[Any],
 
 def run_hub(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
     """Turn a kombu hub driving ``connection`` until ``until()`` or ``timeout`` seconds."""
-    hub = Hub()
-    connection.transport.register_with_event_loop(connection.connection, hub)
-    hub.call_repeatedly(0.02, lambda: None)  # short turns, as with a worker's timers
-    turns = hub.create_loop()
+    turns = Turns(connection)
     deadline = time.monotonic() + timeout
     try:
         while not until() and time.monotonic() < deadline:
-            next(turns)
+            turns.turn()
     finally:
-        hub.close()
+        turns.close()
+
+
+class Turns:
+    """A kombu hub driving ``connection``, turned one loop turn at a time (short turns, as with
+    a worker's timers)."""
+
+    def __init__(self, connection: kombu.Connection) -> None:
+        self.hub = Hub()
+        connection.transport.register_with_event_loop(connection.connection, self.hub)
+        self.hub.call_repeatedly(0.02, lambda: None)
+        self._loop = self.hub.create_loop()
+
+    def turn(self) -> None:
+        next(self._loop)
+
+    def until(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            self.turn()
+
+    def close(self) -> None:
+        self.hub.close()
 
 
 def redelivered(settings: Settings, queue: kombu.Queue, count: int) -> list[Any]:
@@ -448,41 +468,31 @@ def test_acks_wait_while_the_window_has_room_until_half_of_it_is_acked_or_the_ho
         consumer.qos(prefetch_count=8)  # a batch is 4; six delivered leave the window room
         consumer.consume()
         channel = connection.default_channel
-        hub = Hub()
-        connection.transport.register_with_event_loop(connection.connection, hub)
-        hub.call_repeatedly(0.02, lambda: None)  # short turns, as with a worker's timers
-        turns = hub.create_loop()
-
-        def turn_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-            deadline = time.monotonic() + timeout
-            while not condition():
-                assert time.monotonic() < deadline, "timed out"
-                next(turns)
-
+        turns = Turns(connection)
         try:
-            turn_until(lambda: len(got) == 6)
+            turns.until(lambda: len(got) == 6)
             got[0].ack()
-            next(turns)
+            turns.turn()
             assert channel._acked == {got[0].delivery_tag}  # 1 of 8: held for company
             for message in got[1:3]:
                 message.ack()
-            next(turns)
+            turns.turn()
             assert len(channel._acked) == 3
             got[3].ack()
-            next(turns)
+            turns.turn()
             assert not channel._acked  # half the window: sent
             assert list(channel._delivered) == [m.delivery_tag for m in got[4:]]
             quiet_until = time.monotonic() + 2 * ACK_HOLD  # the first hold's timer has fired
-            turn_until(lambda: time.monotonic() > quiet_until)
+            turns.until(lambda: time.monotonic() > quiet_until)
             got[4].ack()
             held_at = time.monotonic()
-            next(turns)
+            turns.turn()
             assert channel._acked == {got[4].delivery_tag}
-            turn_until(lambda: not channel._acked)  # nothing else happens: the hold runs out
+            turns.until(lambda: not channel._acked)  # nothing else happens: the hold runs out
             assert time.monotonic() - held_at < ACK_HOLD + 0.2  # a timer sent it, no batch did
             assert list(channel._delivered) == [got[5].delivery_tag]
         finally:
-            hub.close()
+            turns.close()
     # the connection closed with the sixth unacknowledged: the acks covered exactly the others
     assert redelivered(settings, queue, 1) == [5]
 
@@ -500,37 +510,27 @@ def test_acks_of_everything_delivered_wait_while_the_window_has_room_and_go_at_o
         consumer.qos(prefetch_count=8)  # a batch is 4
         consumer.consume()
         channel = connection.default_channel
-        hub = Hub()
-        connection.transport.register_with_event_loop(connection.connection, hub)
-        hub.call_repeatedly(0.02, lambda: None)
-        turns = hub.create_loop()
-
-        def turn_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-            deadline = time.monotonic() + timeout
-            while not condition():
-                assert time.monotonic() < deadline, "timed out"
-                next(turns)
-
+        turns = Turns(connection)
         try:
-            turn_until(lambda: len(got) == 3)
+            turns.until(lambda: len(got) == 3)
             for message in got:
                 message.ack()
-            next(turns)
+            turns.turn()
             # all delivered are acknowledged, but the window has room: more would come without
             # these, so they wait for company (here none comes, and the hold sends them)
             assert len(channel._acked) == 3
-            turn_until(lambda: not channel._acked)
+            turns.until(lambda: not channel._acked)
             quiet_until = time.monotonic() + 2 * ACK_HOLD  # no hold timer left pending
-            turn_until(lambda: time.monotonic() > quiet_until)
+            turns.until(lambda: time.monotonic() > quiet_until)
             publish(connection, queue, [4, 5, 6, 7])
-            turn_until(lambda: len(got) == 7)
+            turns.until(lambda: len(got) == 7)
             channel.basic_qos(0, 4, False)  # the window is now what is delivered: full
             got[3].ack()  # less than a batch (2), but the broker sends nothing until it hears of it
-            next(turns)
+            turns.turn()
             assert not channel._acked
             assert list(channel._delivered) == [m.delivery_tag for m in got[4:]]
         finally:
-            hub.close()
+            turns.close()
     assert sorted(redelivered(settings, queue, 3)) == [5, 6, 7]
 
 
@@ -549,17 +549,13 @@ def test_half_the_window_acknowledged_goes_out_before_the_next_delivery_is_handl
 
         consumer = kombu.Consumer(channel, [queue], on_message=run_inline, no_ack=False)
         consumer.qos(prefetch_count=4)  # a batch is 2
-        hub = Hub()
-        connection.transport.register_with_event_loop(connection.connection, hub)
-        turns = hub.create_loop()
+        turns = Turns(connection)
         try:
             consumer.consume()
             time.sleep(0.3)  # all four are in the socket: one read, one turn hands them all over
-            deadline = time.monotonic() + 5
-            while len(held_on_arrival) < 4 and time.monotonic() < deadline:
-                next(turns)
+            turns.until(lambda: len(held_on_arrival) == 4)
         finally:
-            hub.close()
+            turns.close()
     # the third found the first two sent (without this, it would find 2 held and the fourth 3)
     assert held_on_arrival == [0, 1, 0, 1]
 
