@@ -561,3 +561,54 @@ def test_closing_a_consumer_deletes_its_auto_delete_broadcast_queue(transport: E
     with connect(transport) as connection:
         assert connection.default_channel.get_table("events") == []
         assert os.path.exists(transport.path)
+
+
+def test_a_fork_waits_while_another_thread_is_inside_the_database(tmp_path: Path) -> None:
+    import threading
+
+    from worker_core.transports.embedded.database import Database
+
+    database = Database(str(tmp_path / "fork.db"), lambda connection: None)
+    inside, leave, forked = threading.Event(), threading.Event(), threading.Event()
+    children: list[int] = []
+
+    def hold_the_connection() -> None:  # as the consumer's thread polling the queue does
+        with database.locked() as connection:
+            connection.execute("SELECT 1")
+            inside.set()
+            leave.wait(10)
+
+    def fork() -> None:  # as the prefork pool's driver thread growing the pool does
+        pid = os.fork()
+        if pid == 0:
+            try:
+                with database.locked() as connection:  # the child's first SQLite call
+                    connection.execute("SELECT 1")
+            finally:
+                os._exit(0)
+        children.append(pid)
+        forked.set()
+
+    holder = threading.Thread(target=hold_the_connection)
+    holder.start()
+    assert inside.wait(5)
+    forker = threading.Thread(target=fork)
+    forker.start()
+    try:
+        assert not forked.wait(0.3)  # the fork waits for the thread inside SQLite
+    finally:
+        leave.set()
+        holder.join(5)
+        forker.join(5)
+    assert forked.is_set()
+    [pid] = children
+    deadline = time.monotonic() + 10
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the child blocked in its first SQLite call")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    with database.locked() as connection:  # the parent's connection is still usable
+        assert connection.execute("SELECT 2").fetchone() == (2,)

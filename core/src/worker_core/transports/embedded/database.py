@@ -1,13 +1,21 @@
 """The embedded SQLite file: where an ``embedded://`` URL puts it, and one connection to it per
-process that any thread may use, reopened after a fork."""
+process that any thread may use, reopened after a fork.
+
+A fork waits until no other thread of the process is inside one of these connections: SQLite's
+own process-wide mutexes are copied into the child as they are, and a child forked while another
+thread held one (a prefork pool growing or replacing a child while the consumer polls the queue)
+would block forever in its first SQLite call.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -28,6 +36,34 @@ _EXAMPLES = (
 # Connections inherited through fork are parked here and never closed: closing a SQLite
 # connection in a child can disturb the parent's locks on the same file.
 _INHERITED: list[sqlite3.Connection] = []
+
+
+#: every Database of this process by creation order (a fork takes their locks in this order)
+_DATABASES: weakref.WeakValueDictionary[int, Database] = weakref.WeakValueDictionary()
+_SERIALS = itertools.count()
+_HELD_FOR_FORK: list[threading.RLock] = []
+
+
+def _before_fork() -> None:
+    for serial in sorted(_DATABASES.keys()):
+        database = _DATABASES.get(serial)
+        if database is not None and database._pid == os.getpid():
+            lock = database._lock
+            lock.acquire()
+            _HELD_FOR_FORK.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _HELD_FOR_FORK:
+        _HELD_FOR_FORK.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _HELD_FOR_FORK.clear()  # each Database makes a new lock on its first use here
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 def resolve_path(url: str) -> str:
@@ -79,6 +115,7 @@ class Database:
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        _DATABASES[next(_SERIALS)] = self
 
     @contextmanager
     def locked(self) -> Iterator[sqlite3.Connection]:
