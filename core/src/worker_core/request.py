@@ -43,6 +43,7 @@ class Request:
         "message",
         "name",
         "task",
+        "terminate_signal",
         "time_start",
         "timer_entry",
         "worker_pid",
@@ -61,6 +62,8 @@ class Request:
         self.worker_pid: int | None = None
         self.finished = False
         self.timer_entry: Any = None
+        #: revoked with ``terminate`` before it started: killed with this signal when it starts
+        self.terminate_signal: int | None = None
 
     def __repr__(self) -> str:
         return f"<Request {self.name}[{self.id}]>"
@@ -138,6 +141,13 @@ class Request:
     def _accepted(self, pid: int, time_accepted: float) -> None:
         self.worker_pid = pid
         self.time_start = time_accepted
+        if self.terminate_signal is not None and not self.finished:
+            try:
+                self.terminate(self.consumer.worker.pool, self.terminate_signal)
+            except PoolError as exc:
+                logger.warning("Could not terminate %s (%s): it runs on", self.label, exc)
+            else:
+                return
         if not self.acks_late:
             self.acknowledge()
         self.consumer.task_started(self)
@@ -242,9 +252,25 @@ class Request:
 
     def _discard(self, reason: str) -> None:
         logger.info("Discarding revoked task: %s (%s)", self.label, reason)
+        self._mark_revoked(reason)
+
+    def _mark_revoked(self, reason: str) -> None:
         self.store(encode_exception(TaskRevokedError(reason)), REVOKED, None)
         self.consumer.notify("task_revoked", request=self, reason=reason)
         self.acknowledge()
+
+    def terminate(self, pool: Any, signum: int) -> None:
+        """Stop this task (remote ``revoke`` with ``terminate``): its process gets ``signum`` now
+        if the task runs, or as soon as it starts; it is stored REVOKED and acknowledged, as in
+        Celery. Raises ``PoolError`` if the pool cannot stop a running task."""
+        if self.finished:
+            return
+        if self.worker_pid is None:
+            self.terminate_signal = signum
+            return
+        pool.terminate_job(self.worker_pid, signum)
+        self._mark_revoked("terminated")
+        self.consumer.task_done(self)  # sets finished: the pool's report of the killed job is ignored
 
     def cancel_after_connection_loss(self, pool: Any) -> None:
         """Stop this running ``acks_late`` task whose acknowledgement can no longer reach the

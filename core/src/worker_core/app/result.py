@@ -50,6 +50,14 @@ class AsyncResult:
 
     wait = get
 
+    def revoke(self, terminate: bool = False, signal: str | int | None = None) -> None:
+        """Ask every worker to discard this task, and with ``terminate`` to kill the process
+        running it (``signal``, TERM by default); like Celery's, it does not wait for replies."""
+        from ..control.client import broadcast
+
+        broadcast(self.app, "revoke", {"task_id": self.id, "terminate": terminate, "signal": signal},
+                  reply=False)
+
     @property
     def state(self) -> str:
         return str(self._meta().get("status"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..control.commands import BUILTIN_COMMANDS
+from ..control.commands import BUILTIN_COMMANDS, signal_number
 from ..exceptions import WorkerError
 from ..options import parse_autoscale
 from .common import client_app, fail
@@ -68,13 +68,49 @@ def _common(func: Any) -> Any:
     return func
 
 
+def _arguments(command: str, words: tuple[str, ...]) -> dict[str, Any]:
+    """The command's arguments from the words after its name: whole numbers, except the text
+    ones; a variadic argument takes the rest, as a list."""
+    spec = BUILTIN_COMMANDS[command.replace("-", "_")]
+    words_wanted = [a.upper() for a in spec.args] + ([f"{spec.variadic.upper()}..."] if spec.variadic else [])
+    usage = " ".join(words_wanted)
+    if len(words) > len(spec.args) and not spec.variadic:
+        raise click.UsageError(f"{command} takes {len(spec.args)} argument(s): {usage or 'none'}")
+    if spec.variadic and len(words) <= len(spec.args):
+        example = _EXAMPLES.get(spec.name, usage)
+        raise click.UsageError(f"{command} takes {usage}, for example: {command} {example}")
+    values: dict[str, Any] = {}
+    for key, text in zip(spec.args, words, strict=False):
+        if key in spec.text_args:
+            values[key] = text
+            continue
+        try:
+            values[key] = int(text)
+        except ValueError:
+            raise click.BadParameter(
+                f"must be a whole number (got {text!r})", param_hint=key.upper()
+            ) from None
+    if spec.variadic:
+        values[spec.variadic] = list(words[len(spec.args):])
+    return values
+
+
+_EXAMPLES = {
+    "revoke": "d9078da5-9915-40a0-bfa1-392c7bde42ed",
+    "terminate": "KILL d9078da5-9915-40a0-bfa1-392c7bde42ed",
+    "query_task": "d9078da5-9915-40a0-bfa1-392c7bde42ed",
+}
+
+
 @click.command()
 @click.argument("command", type=click.Choice(INSPECT))
+@click.argument("arguments", nargs=-1)
 @_common
-def inspect(command: str, app_spec: str | None, broker: str | None, destination: tuple[str, ...],
-            timeout: float, as_json: bool) -> None:
-    """Ask workers about their state: ping, stats, active, reserved, scheduled, registered, active_queues."""
-    _run(app_spec, broker, command, {}, destination, timeout, as_json)
+def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
+            destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
+    """Ask workers about their state: ping, stats, active, reserved, scheduled, registered,
+    active_queues, revoked, query_task ID..."""
+    _run(app_spec, broker, command, _arguments(command, arguments), destination, timeout, as_json)
 
 
 @click.command()
@@ -83,21 +119,10 @@ def inspect(command: str, app_spec: str | None, broker: str | None, destination:
 @_common
 def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, shutdown."""
+    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, revoke ID...,
+    terminate SIGNAL ID..., shutdown."""
     name = command.replace("-", "_")
-    spec = BUILTIN_COMMANDS[name]
-    if len(arguments) > len(spec.args):
-        raise click.UsageError(
-            f"{command} takes {len(spec.args)} argument(s): {' '.join(spec.args).upper() or 'none'}"
-        )
-    values: dict[str, Any] = {}
-    for key, text in zip(spec.args, arguments, strict=False):
-        try:
-            values[key] = int(text)
-        except ValueError:
-            raise click.BadParameter(
-                f"must be a whole number (got {text!r})", param_hint=key.upper()
-            ) from None
+    values = _arguments(command, arguments)
     if name == "autoscale" and "max" not in values:
         raise click.UsageError("autoscale takes MAX and optionally MIN, for example: control autoscale 10 3")
     if name == "autoscale":
@@ -105,6 +130,11 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             parse_autoscale(f"{values['max']},{values.get('min', 0)}")
         except WorkerError as exc:
             raise fail(exc) from None
+    if name == "terminate":
+        try:
+            signal_number(values["signal"])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="SIGNAL") from None
     if values.get("n", 1) < 1:
         raise click.BadParameter(f"must be a whole number, 1 or more (got {values['n']})", param_hint="N")
     _run(app_spec, broker, name, values, destination, timeout, as_json)

@@ -4,11 +4,12 @@ to the pool when it has room, and survives lost connections by restarting its bl
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import kombu
@@ -91,6 +92,7 @@ class Consumer:
         self._waker: tuple[int, int] | None = None
         self._wake_sent = False
         self._handler = make_handler(self)
+        self.revoked = worker.revoked
         if not worker.observes_tasks:
             self.notify = self._notify_nobody  # type: ignore[method-assign]
 
@@ -500,6 +502,9 @@ class Consumer:
     def receive(self, request: Request) -> None:
         if self.log_info:
             logger.info("Task %s received", request.label)
+        if request.id in self.revoked:
+            request.revoke("revoked")
+            return
         self.notify("task_received", request=request)
         envelope = request.envelope
         if envelope.expires is not None or envelope.eta is not None:
@@ -584,6 +589,32 @@ class Consumer:
                     request.reject(requeue=True)
         finally:
             self._dispatching = False
+
+    def requests_by_id(self, task_ids: Collection[str]) -> dict[str, Request]:
+        """The requests with these ids this worker holds: waiting, held for their ETA, queued in
+        the pool or running."""
+        return {request.id: request for request in itertools.chain(self.reserved, self.eta_held)
+                if request.id in task_ids}
+
+    def revoke_waiting(self, task_ids: Collection[str]) -> list[Request]:
+        """Discard the requests with these ids that have not gone to the pool (waiting for room
+        or for their ETA): stored REVOKED and acknowledged at once. Returns them."""
+        waiting = [request for request in self.ready if request.id in task_ids]
+        if waiting:
+            kept = [request for request in self.ready if request.id not in task_ids]
+            self.ready.clear()
+            self.ready.extend(kept)
+        held = [request for request in self.eta_held if request.id in task_ids]
+        for request in held:
+            self.eta_held.discard(request)
+            if request.timer_entry is not None:
+                request.timer_entry.cancel()
+                request.timer_entry = None
+            if self.qos is not None:
+                self.qos.decrement_eventually()
+        for request in waiting + held:
+            request.revoke("revoked")
+        return waiting + held
 
     def task_started(self, request: Request) -> None:
         self.active.add(request)

@@ -15,11 +15,13 @@ __all__ = ["broadcast"]
 
 
 def broadcast(app: App, command: str, arguments: dict[str, Any] | None = None,
-              destination: Sequence[str] | None = None, timeout: float = 1.0) -> list[dict[str, Any]]:
+              destination: Sequence[str] | None = None, timeout: float = 1.0,
+              reply: bool = True, limit: int | None = None) -> list[dict[str, Any]]:
     """Send ``command`` to every worker (or only ``destination``) and return the replies,
-    each ``{hostname: reply}``, received within ``timeout`` seconds."""
+    each ``{hostname: reply}``, received within ``timeout`` seconds or until ``limit`` came
+    (none without ``reply``)."""
     with connection_for(app.plugins, app.broker_urls[0], app.settings) as connection:
         bound = mailbox()(connection)
         replies = bound._broadcast(command, arguments or {}, list(destination) if destination else None,
-                                   reply=True, timeout=timeout)
+                                   reply=reply, timeout=timeout, limit=limit)
         return list(replies or [])

@@ -7,20 +7,26 @@ take (and ignore) the extra arguments Celery's ``inspect`` sends, so ``celery in
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
+import signal as signals
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..exceptions import PoolError
+from ..exceptions import PoolError, TaskRevokedError
+from ..results.disabled import DisabledBackend
+from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
     from ..request import Request
     from ..worker.worker import Worker
 
-__all__ = ["BUILTIN_COMMANDS", "Command", "request_info"]
+__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "signal_number"]
+
+logger = logging.getLogger("worker.control")
 
 
 @attrs.frozen
@@ -33,6 +39,10 @@ class Command:
     help: str = ""
     #: names of the arguments on the command line, in order (``autoscale MAX MIN``)
     args: tuple[str, ...] = ()
+    #: which of ``args`` are text (the others are whole numbers)
+    text_args: frozenset[str] = frozenset()
+    #: the argument that takes every remaining word on the command line, as a list
+    variadic: str = ""
 
 
 def ok(message: str) -> dict[str, str]:
@@ -153,6 +163,105 @@ def pool_shrink(worker: Worker, n: int = 1) -> dict[str, str]:
     return _resize(worker, n, grow=False)
 
 
+def signal_number(value: Any) -> int:
+    """A signal given by number or by name, with or without ``SIG`` (``KILL``, ``SIGKILL``, 9)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    elif isinstance(value, str):
+        name = value.strip().upper()
+        found = getattr(signals, name if name.startswith("SIG") else f"SIG{name}", None)
+        if not isinstance(found, int) or "_" in name:
+            raise ValueError(f"unknown signal {value!r}: give a name such as TERM, KILL or USR1, or a number")
+        number = found
+    else:
+        raise ValueError(f"a signal is a name or a number (got {value!r})")
+    if number not in signals.valid_signals():
+        raise ValueError(f"no signal has the number {number}")
+    return int(number)
+
+
+def _task_ids(value: Any) -> list[str]:
+    ids = [value] if isinstance(value, str) else value
+    if not isinstance(ids, (list, tuple)) or not ids or not all(isinstance(i, str) and i for i in ids):
+        raise ValueError(f"task_id must be a task id or a list of them (got {value!r})")
+    return list(dict.fromkeys(ids))
+
+
+def revoke(worker: Worker, task_id: Any = None, terminate: bool = False, signal: Any = None,
+           **_celery: Any) -> dict[str, str]:
+    """Celery's ``revoke``: remember the ids, so their messages are discarded when they come;
+    discard those waiting here now; with ``terminate``, kill the process running them."""
+    try:
+        ids = _task_ids(task_id)
+        signum = signal_number(signal if signal is not None else "TERM") if terminate else None
+    except ValueError as exc:
+        return nok(f"revoke: {exc}")
+    worker.revoked.add(ids)
+    consumer = worker.consumer
+    held = consumer.requests_by_id(ids) if consumer is not None else {}
+    discarded = [request.id for request in consumer.revoke_waiting(ids)] if consumer is not None else []
+    _mark_revoked(worker, [task_id for task_id in ids if task_id not in held])
+    if signum is None:
+        logger.info("Tasks flagged as revoked: %s", ", ".join(ids))
+        return ok(f"tasks {set(ids)} flagged as revoked")
+    terminated, failed = list(discarded), []
+    for task_id in ids:
+        request = held.get(task_id)
+        if request is None or request.finished:
+            continue
+        logger.info("Terminating %s (%s)", task_id, signals.Signals(signum).name)
+        try:
+            request.terminate(worker.pool, signum)
+        except PoolError as exc:
+            failed.append(f"{task_id}: {exc}")
+        else:
+            terminated.append(task_id)
+    if failed:
+        return nok("cannot terminate " + "; ".join(failed))
+    if not terminated:
+        return ok("terminate: tasks unknown")
+    return ok("terminate: {}".format(", ".join(terminated)))
+
+
+def _mark_revoked(worker: Worker, ids: list[str]) -> None:
+    """Store REVOKED for tasks this worker does not hold, unless they already have a result or
+    another state set by whoever runs them (as Celery does), so their clients stop waiting."""
+    backend = worker.app.backend
+    if not ids or isinstance(backend, DisabledBackend):
+        return
+    for task_id in ids:
+        try:
+            if backend.get_task_meta(task_id).get("status") in (PENDING, RECEIVED, RETRY, REJECTED):
+                backend.store_result(task_id, encode_exception(TaskRevokedError("revoked")), REVOKED)
+        except Exception as exc:
+            logger.warning("Failed to mark task %s as revoked in the result backend: %s", task_id, exc)
+
+
+def terminate(worker: Worker, signal: Any = None, task_id: Any = None, **_celery: Any) -> dict[str, str]:
+    return revoke(worker, task_id, terminate=True, signal=signal)
+
+
+def revoked(worker: Worker, **_celery: Any) -> list[str]:
+    return list(worker.revoked)
+
+
+def query_task(worker: Worker, ids: Any = None, **_celery: Any) -> dict[str, Any]:
+    """``{id: [state, request]}`` for the ids this worker holds: active, reserved or scheduled."""
+    consumer = worker.consumer
+    try:
+        wanted = _task_ids(ids)
+    except ValueError:
+        return {}
+    if consumer is None:
+        return {}
+    found = consumer.requests_by_id(wanted)
+    return {task_id: ["active" if request in consumer.active else
+                      "scheduled" if request in consumer.eta_held else "reserved", request_info(request)]
+            for task_id, request in found.items()}
+
+
 def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
     worker.request_stop()
     return ok("shutting down")
@@ -168,10 +277,16 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("scheduled", scheduled, help="Tasks waiting for their ETA."),
         Command("registered", registered, help="Task names this worker knows."),
         Command("active_queues", active_queues, help="Queues this worker consumes."),
+        Command("revoked", revoked, help="Ids of the revoked tasks this worker remembers."),
+        Command("query_task", query_task, variadic="ids", help="State of the tasks with these ids here."),
         Command("autoscale", autoscale, kind="control", args=("max", "min"),
                 help="Change the autoscaler's MAX MIN."),
         Command("pool_grow", pool_grow, kind="control", args=("n",), help="Add N processes."),
         Command("pool_shrink", pool_shrink, kind="control", args=("n",), help="Remove N idle processes."),
+        Command("revoke", revoke, kind="control", variadic="task_id",
+                help="Discard the tasks with these ids (ID...)."),
+        Command("terminate", terminate, kind="control", args=("signal",), text_args=frozenset({"signal"}),
+                variadic="task_id", help="Revoke these tasks and kill their processes (SIGNAL ID...)."),
         Command("shutdown", shutdown, kind="control", help="Stop warmly."),
     )
 }

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import execution
 from ..bootsteps import Blueprint
+from ..revoked import RevokedIds
 
 if TYPE_CHECKING:
     from kombu.asynchronous import Hub
@@ -53,6 +54,8 @@ class Worker:
         #: called for every task message the consumer reserves (the autoscaler checks demand)
         self.on_task_message: list[Callable[[], None]] = []
         self._backlog: Backlog | None = None
+        #: ids of revoked tasks (remote ``revoke``): kept across lost connections
+        self.revoked = RevokedIds()
         self.stopping = False
         self.terminating = False
         self.ready = False

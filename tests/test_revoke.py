@@ -1,0 +1,169 @@
+"""Revoking tasks by id (Celery's ``revoke`` and ``terminate``): discarded when they arrive,
+discarded at once while they wait, killed while they run."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+from apps import basic
+from workers import TESTS, children_of, wait_for
+
+from worker_core.control.client import broadcast
+from worker_core.control.commands import signal_number
+from worker_core.exceptions import TaskRevokedError
+from worker_core.revoked import RevokedIds
+
+
+def test_revoked_ids_expire_and_the_oldest_go_past_the_limit():
+    now = [0.0]
+    ids = RevokedIds(maxlen=3, expires=10, clock=lambda: now[0])
+    ids.add(["a", "b"])
+    now[0] = 5
+    ids.add(["c", "d"])
+    assert list(ids) == ["b", "c", "d"] and "a" not in ids
+    now[0] = 6
+    ids.add(["b"])  # revoked again: it counts from now
+    now[0] = 12
+    assert "c" in ids and "b" in ids
+    now[0] = 15
+    assert "c" not in ids and list(ids) == ["b"]
+    now[0] = 16
+    assert not ids and len(ids) == 0
+
+
+@pytest.mark.parametrize(("given", "number"), [
+    ("TERM", signal.SIGTERM), ("sigkill", signal.SIGKILL), ("KILL", signal.SIGKILL), ("9", 9),
+    (signal.SIGUSR1.value, signal.SIGUSR1),
+])
+def test_signals_are_taken_by_name_or_number(given, number):
+    assert signal_number(given) == number
+
+
+@pytest.mark.parametrize("given", ["NOPE", "SIG_IGN", "999", 999, 1.5, None])
+def test_a_bad_signal_is_refused_with_what_to_give(given):
+    with pytest.raises(ValueError, match="signal"):
+        signal_number(given)
+
+
+def _ask(command: str, **arguments) -> object:
+    [reply] = broadcast(basic.app, command, arguments, timeout=5, limit=1)
+    [answer] = reply.values()
+    return answer
+
+
+def _received(worker, result) -> None:
+    wait_for(lambda: f"[{result.id}] received" in worker.log(), message=f"{result.id} to arrive")
+
+
+@pytest.fixture
+def start(workers, embedded_broker):
+    def start(pool: str, *args: str):
+        return workers.start(*args, pool=pool, broker=embedded_broker, env={"PYTHONPATH": str(TESTS)})
+
+    return start
+
+
+@pytest.mark.parametrize("pool", ["solo", "prefork"])
+def test_a_task_waiting_for_its_countdown_is_discarded_at_once(start, pool, tmp_path):
+    proof = tmp_path / "ran"
+    worker = start(pool)
+    result = basic.record.apply_async((str(proof), "x"), countdown=30)
+    _received(worker, result)
+    assert _ask("revoke", task_id=result.id) == {"ok": f"tasks { {result.id} } flagged as revoked"}
+    with pytest.raises(TaskRevokedError, match="revoked"):
+        result.get(timeout=10)
+    assert result.state == "REVOKED"
+    assert _ask("scheduled") == []
+    assert _ask("revoked") == [result.id]
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{result.id}] (revoked)")
+    assert basic.add.delay(1, 2).get(timeout=20) == 3  # its window slot was given back
+    assert not proof.exists()
+
+
+def test_a_task_revoked_before_it_arrives_is_marked_at_once_and_discarded_when_it_comes(start, tmp_path):
+    proof = tmp_path / "ran"
+    worker = start("solo")
+    task_id = str(uuid.uuid4())
+    _ask("revoke", task_id=[task_id])
+    with pytest.raises(TaskRevokedError):  # the client stops waiting before the message is even sent
+        basic.app.AsyncResult(task_id).get(timeout=10)
+    basic.record.apply_async((str(proof), "x"), task_id=task_id)
+    assert basic.add.delay(2, 2).get(timeout=20) == 4  # sent after it, so it has been handled
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{task_id}] (revoked)")
+    assert not proof.exists()
+
+
+def test_terminate_kills_the_process_running_the_task_and_marks_it_revoked(start):
+    worker = start("prefork", "-c", "2")
+    before = set(children_of(worker.pid))
+    result = basic.sleep.delay(30)
+    wait_for(lambda: _ask("query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
+             message="the task to start")
+    answer = _ask("revoke", task_id=result.id, terminate=True, signal="KILL")
+    assert answer == {"ok": f"terminate: {result.id}"}
+    with pytest.raises(TaskRevokedError, match="terminated"):
+        result.get(timeout=10)
+    worker.wait_log(f"Terminating {result.id} (SIGKILL)")
+    wait_for(lambda: len(children_of(worker.pid)) == 2 and set(children_of(worker.pid)) != before,
+             message="the killed child to be replaced")
+    assert basic.add.delay(3, 4).get(timeout=20) == 7
+    assert _ask("query_task", ids=[result.id]) == {}
+
+
+def test_terminate_before_the_task_starts_kills_it_as_it_starts(start):
+    # fcfs: the second job waits in the only child's pipe, in the pool but not started
+    worker = start("prefork", "-c", "1", "-O", "fcfs")
+    blocker = basic.sleep.delay(1.5)
+    result = basic.sleep.delay(30)
+    _received(worker, result)
+    assert _ask("query_task", ids=[result.id])[result.id][0] == "reserved"
+    assert _ask("terminate", signal="TERM", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    assert blocker.get(timeout=20) == 1.5
+    with pytest.raises(TaskRevokedError, match="terminated"):
+        result.get(timeout=10)
+    assert basic.add.delay(1, 1).get(timeout=20) == 2
+
+
+def test_terminate_on_a_pool_that_cannot_stop_a_task_says_so_and_the_task_completes(start):
+    start("threads", "-c", "2")
+    result = basic.sleep.delay(2)
+    wait_for(lambda: _ask("query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
+             message="the task to start")
+    answer = _ask("revoke", task_id=result.id, terminate=True)
+    assert answer == {"error": f"cannot terminate {result.id}: the threads pool cannot stop a running "
+                               "task: threads can be neither interrupted nor killed; use -P prefork to "
+                               "terminate tasks"}
+    assert result.get(timeout=20) == 2
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    ({"task_id": 5}, "revoke: task_id must be a task id or a list of them (got 5)"),
+    ({"task_id": []}, "revoke: task_id must be a task id or a list of them (got [])"),
+    ({"task_id": "x", "terminate": True, "signal": "NOPE"}, "revoke: unknown signal 'NOPE'"),
+])
+def test_bad_revoke_arguments_get_an_error_and_change_nothing(start, arguments, error):
+    start("solo")
+    answer = _ask("revoke", **arguments)
+    assert isinstance(answer, dict) and answer["error"].startswith(error)
+    assert _ask("revoked") == []
+
+
+def test_workerctl_revokes_and_lists_revoked_ids(start, embedded_broker, tmp_path):
+    worker = start("solo")
+    result = basic.record.apply_async((str(tmp_path / "ran"), "x"), countdown=30)
+    _received(worker, result)
+
+    def workerctl(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "worker_core", *args, "-b", embedded_broker, "-t", "3"],
+                              capture_output=True, text=True, timeout=60, cwd=TESTS)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert f"tasks { {result.id} } flagged as revoked" in workerctl("control", "revoke", result.id)
+    assert result.id in workerctl("inspect", "revoked")
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=10)
