@@ -121,3 +121,37 @@ def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
     ours = workers.start("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
     celery_client.control.inspect(timeout=3).registered()
     assert celery_client.send_task("apps.basic.add", (20, 1), queue=queue).get(timeout=20) == 21
+
+
+def test_a_celery_clients_revoke_reaches_our_worker(workers, broker, queue, celery_client, tmp_path):
+    from celery.exceptions import TaskRevokedError
+
+    name = f"ours-{queue}@localhost"
+    ours = workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
+    proof = tmp_path / "ran"
+    first = celery_client.send_task("apps.basic.record", (str(proof), "x"), queue=queue, countdown=30)
+    second = celery_client.send_task("apps.basic.record", (str(proof), "y"), queue=queue, countdown=30)
+    for result in (first, second):
+        ours.wait_log(f"[{result.id}] received")
+    first.revoke()  # as users do: no reply asked for
+    replies = celery_client.control.revoke(second.id, destination=[name], reply=True, timeout=3)
+    assert replies == [{name: {"ok": f"tasks { {second.id} } flagged as revoked"}}]
+    for result in (first, second):
+        with pytest.raises(TaskRevokedError):
+            result.get(timeout=10)
+        ours.wait_log(f"Discarding revoked task: apps.basic.record[{result.id}] (revoked)")
+    assert celery_client.send_task("apps.basic.add", (1, 2), queue=queue).get(timeout=20) == 3
+    assert not proof.exists()
+
+
+def test_our_revoke_reaches_a_celery_worker(workers, broker, queue, our_client, tmp_path):
+    from worker_core.exceptions import TaskRevokedError
+
+    theirs = workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
+    result = basic.record.apply_async((str(tmp_path / "ran"), "x"), queue=queue, countdown=30)
+    theirs.wait_log(result.id)
+    result.revoke()
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=10)
+    theirs.wait_log(f"Tasks flagged as revoked: {result.id}")
+    assert basic.add.apply_async((2, 2), queue=queue).get(timeout=20) == 4
