@@ -391,7 +391,9 @@ def test_an_app_module_with_bad_settings_or_tasks_stops_the_worker_before_it_sta
     ({"name": ""}, "name must be a non-empty string without surrounding spaces (got '')"),
     ({"name": " proj.add"}, "name must be a non-empty string without surrounding spaces (got ' proj.add')"),
     ({"name": 3}, "name must be a non-empty string without surrounding spaces (got 3)"),
-    ({"rate_limit": "10/s"}, "'rate_limit' is a Celery task option this worker does not have"),
+    ({"typing": False}, "'typing' is a Celery task option this worker does not have"),
+    ({"rate_limit": "10/d"}, "rate_limit: a rate limit is a number of tasks per second or a string like "
+                             "'10/s', '100/m' or '2/h' (got '10/d')"),
 ])
 def test_bad_task_options_are_refused_naming_the_task_the_option_and_the_value(options: dict[str, Any],
                                                                                expected: str) -> None:

@@ -152,3 +152,9 @@ def always_die(counter):
 def echo(value):
     """Return its argument: proof that an unusual but valid argument arrived intact."""
     return value
+
+
+@app.task(rate_limit="4/s")
+def limited():
+    """Return when it started: at most four starts a second per worker."""
+    return time.time()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import ConfigurationError, Ignore, MaxRetriesExceededError, Reject, Retry
 from ..options import did_you_mean
 from ..protocol import safe_repr
+from ..rates import parse_rate
 from .context import TaskContext, current_context, pushed
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ class Task:
         queue: str | None = None,
         priority: int | None = None,
         serializer: str | None = None,
+        rate_limit: str | float | None = None,
         **unknown: Any,
     ) -> None:
         if not callable(fun):
@@ -148,9 +150,24 @@ class Task:
                 raise ConfigurationError(
                     f"priority must be a whole number from 0 to 255, or None (got {priority!r})")
             self.serializer = _optional_name("serializer", serializer)
+            self.rate_limit = rate_limit
         except ConfigurationError as exc:
             raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
         functools.update_wrapper(self, fun)
+
+    @property
+    def rate_limit(self) -> str | float | None:
+        """At most this many starts of this task per worker: ``"10/s"``, ``"100/m"``, ``"2/h"``,
+        or a number per second; None for no limit."""
+        return self._rate_limit
+
+    @rate_limit.setter
+    def rate_limit(self, value: str | float | None) -> None:
+        try:
+            self.rate_per_second = parse_rate(value)
+        except ValueError as exc:
+            raise ConfigurationError(f"rate_limit: {exc}") from None
+        self._rate_limit = value
 
     # -- options that follow the app's settings ------------------------------------------------
 
@@ -327,7 +344,7 @@ OPTIONS = tuple(
 )
 #: Celery's task options this worker does not have.
 CELERY_ONLY = frozenset({
-    "rate_limit", "typing", "expires", "store_errors_even_if_ignored", "send_events", "trail", "base",
+    "typing", "expires", "store_errors_even_if_ignored", "send_events", "trail", "base",
     "shared", "lazy", "throws", "compression", "exchange", "routing_key", "resultrepr_maxsize",
 })
 

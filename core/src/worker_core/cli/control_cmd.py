@@ -11,6 +11,7 @@ import click
 from ..control.commands import BUILTIN_COMMANDS, signal_number
 from ..exceptions import WorkerError
 from ..options import parse_autoscale
+from ..rates import parse_rate
 from .common import client_app, fail
 
 __all__ = ["control", "inspect"]
@@ -119,8 +120,8 @@ def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
 @_common
 def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, revoke ID...,
-    terminate SIGNAL ID..., shutdown."""
+    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, rate-limit TASK RATE,
+    revoke ID..., terminate SIGNAL ID..., shutdown."""
     name = command.replace("-", "_")
     values = _arguments(command, arguments)
     if name == "autoscale" and "max" not in values:
@@ -130,6 +131,14 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             parse_autoscale(f"{values['max']},{values.get('min', 0)}")
         except WorkerError as exc:
             raise fail(exc) from None
+    if name == "rate_limit":
+        if len(values) < 2:
+            raise click.UsageError("rate-limit takes TASK_NAME and RATE, for example: control rate-limit "
+                                   "proj.tasks.send_mail 10/m (0 lifts the limit)")
+        try:
+            parse_rate(values["rate_limit"])
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="RATE") from None
     if name == "terminate":
         try:
             signal_number(values["signal"])

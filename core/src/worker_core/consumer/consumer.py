@@ -23,6 +23,7 @@ from ..protocol import utcnow
 from ..selection import redact
 from .connect import Connector
 from .handler import describe_message, make_handler, reject_invalid
+from .ratelimit import RateLimits
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -93,6 +94,8 @@ class Consumer:
         self._wake_sent = False
         self._handler = make_handler(self)
         self.revoked = worker.revoked
+        self.rate_limits = RateLimits(self.timer, self._reserve_now)
+        self.rate_limits_enabled = not settings.worker_disable_rate_limits
         if not worker.observes_tasks:
             self.notify = self._notify_nobody  # type: ignore[method-assign]
 
@@ -353,6 +356,7 @@ class Consumer:
             self.reserved.discard(request)
         self.ready.clear()
         self.eta_held.clear()
+        held += self.rate_limits.forget()
         withdraw = getattr(self.worker.pool, "withdraw_queued", None)
         if withdraw is not None:
             held += withdraw()
@@ -541,6 +545,13 @@ class Consumer:
         self._reserve(request)
 
     def _reserve(self, request: Request) -> None:
+        rate = request.task.rate_per_second
+        if rate and self.rate_limits_enabled:
+            self.rate_limits.hold(request, rate)
+            return
+        self._reserve_now(request)
+
+    def _reserve_now(self, request: Request) -> None:
         self.reserved.add(request)
         self.ready.append(request)
         for callback in self.worker.on_task_message:
@@ -591,14 +602,15 @@ class Consumer:
             self._dispatching = False
 
     def requests_by_id(self, task_ids: Collection[str]) -> dict[str, Request]:
-        """The requests with these ids this worker holds: waiting, held for their ETA, queued in
-        the pool or running."""
-        return {request.id: request for request in itertools.chain(self.reserved, self.eta_held)
+        """The requests with these ids this worker holds: waiting (for room, their ETA or their
+        rate limit), queued in the pool or running."""
+        return {request.id: request
+                for request in itertools.chain(self.reserved, self.eta_held, self.rate_limits.waiting())
                 if request.id in task_ids}
 
     def revoke_waiting(self, task_ids: Collection[str]) -> list[Request]:
-        """Discard the requests with these ids that have not gone to the pool (waiting for room
-        or for their ETA): stored REVOKED and acknowledged at once. Returns them."""
+        """Discard the requests with these ids that have not gone to the pool (waiting for room,
+        their ETA or their rate limit): stored REVOKED and acknowledged at once. Returns them."""
         waiting = [request for request in self.ready if request.id in task_ids]
         if waiting:
             kept = [request for request in self.ready if request.id not in task_ids]
@@ -612,6 +624,7 @@ class Consumer:
                 request.timer_entry = None
             if self.qos is not None:
                 self.qos.decrement_eventually()
+        held += self.rate_limits.discard(task_ids)
         for request in waiting + held:
             request.revoke("revoked")
         return waiting + held

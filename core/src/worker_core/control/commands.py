@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..exceptions import PoolError, TaskRevokedError
+from ..options import did_you_mean
+from ..rates import parse_rate
 from ..results.disabled import DisabledBackend
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
 
@@ -262,6 +264,28 @@ def query_task(worker: Worker, ids: Any = None, **_celery: Any) -> dict[str, Any
             for task_id, request in found.items()}
 
 
+def rate_limit(worker: Worker, task_name: Any = None, rate_limit: Any = None,
+               **_celery: Any) -> dict[str, str]:
+    """Celery's ``rate_limit``: a new rate for one task type on this worker ("0" lifts it)."""
+    task = worker.app.tasks.get(task_name) if isinstance(task_name, str) else None
+    if task is None:
+        return nok(f"unknown task {task_name!r}.{did_you_mean(str(task_name), list(worker.app.tasks))}")
+    try:
+        parse_rate(rate_limit)
+    except ValueError as exc:
+        return nok(f"Invalid rate limit string: {exc}")
+    if worker.app.settings.worker_disable_rate_limits:
+        return nok("rate limits are disabled on this worker (worker_disable_rate_limits)")
+    task.rate_limit = rate_limit
+    if worker.consumer is not None:
+        worker.consumer.rate_limits.set_rate(task.name, task.rate_per_second)
+    if not task.rate_per_second:
+        logger.info("Rate limits disabled for tasks of type %s", task.name)
+        return ok("rate limit disabled successfully")
+    logger.info("New rate limit for tasks of type %s: %s.", task.name, rate_limit)
+    return ok("new rate limit set successfully")
+
+
 def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
     worker.request_stop()
     return ok("shutting down")
@@ -287,6 +311,9 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
                 help="Discard the tasks with these ids (ID...)."),
         Command("terminate", terminate, kind="control", args=("signal",), text_args=frozenset({"signal"}),
                 variadic="task_id", help="Revoke these tasks and kill their processes (SIGNAL ID...)."),
+        Command("rate_limit", rate_limit, kind="control", args=("task_name", "rate_limit"),
+                text_args=frozenset({"task_name", "rate_limit"}),
+                help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
         Command("shutdown", shutdown, kind="control", help="Stop warmly."),
     )
 }
