@@ -155,3 +155,16 @@ def test_our_revoke_reaches_a_celery_worker(workers, broker, queue, our_client, 
         result.get(timeout=10)
     theirs.wait_log(f"Tasks flagged as revoked: {result.id}")
     assert basic.add.apply_async((2, 2), queue=queue).get(timeout=20) == 4
+
+
+def test_a_celery_clients_rate_limit_reaches_our_worker(workers, broker, queue, celery_client):
+    name = f"ours-{queue}@localhost"
+    ours = workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
+    replies = celery_client.control.rate_limit("apps.basic.add", "2/s", destination=[name], reply=True,
+                                               timeout=3)
+    assert replies == [{name: {"ok": "new rate limit set successfully"}}]
+    sent = time.monotonic()
+    results = [celery_client.send_task("apps.basic.add", (n, n), queue=queue) for n in range(3)]
+    assert [result.get(timeout=20) for result in results] == [0, 2, 4]
+    assert time.monotonic() - sent >= 0.9  # two a second, the first at once
+    ours.wait_log("New rate limit for tasks of type apps.basic.add: 2/s.")
