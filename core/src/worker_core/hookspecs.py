@@ -124,13 +124,16 @@ def task_started(request: Any, pid: int) -> None:
 
 
 @hookspec
-def task_succeeded(request: Any, runtime: float) -> None:
-    """The task returned normally after ``runtime`` seconds."""
+def task_succeeded(request: Any, runtime: float, result: str | None) -> None:
+    """The task returned normally after ``runtime`` seconds; ``result`` is the repr of what it
+    returned, when the worker logs it (level INFO) or sends task events, else None."""
 
 
 @hookspec
-def task_failed(request: Any, exc_type: str, exc_message: str, runtime: float) -> None:
-    """The task raised, timed out, or lost its process."""
+def task_failed(request: Any, exc_type: str, exc_message: str, runtime: float, exception: str,
+                traceback: str) -> None:
+    """The task raised, timed out, or lost its process; ``exception`` is the exception's repr,
+    ``traceback`` the task's own (empty when it did not raise)."""
 
 
 @hookspec

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute
-from .protocol import TaskEnvelope, to_iso
+from .protocol import TaskEnvelope, safe_repr, to_iso
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
@@ -120,7 +120,7 @@ class Request:
 
     def execute_using_pool(self, pool: Any) -> None:
         fields = self.request_fields()
-        fields["log_result"] = self.consumer.log_info
+        fields["log_result"] = self.consumer.result_reprs
         soft, hard = self.limits()
         envelope = self.envelope
         pool.apply_async(
@@ -163,12 +163,12 @@ class Request:
         if kind == "success":
             if consumer.log_info:
                 logger.info("Task %s succeeded in %.6fs: %s", self.label, outcome[1], outcome[2])
-            consumer.notify("task_succeeded", request=self, runtime=outcome[1])
+            consumer.notify("task_succeeded", request=self, runtime=outcome[1], result=outcome[2])
             self._ack_late()
         elif kind == "failure":
             logger.error("Task %s raised unexpected: %s\n%s", self.label, outcome[3], outcome[4].rstrip())
             consumer.notify("task_failed", request=self, exc_type=outcome[2], exc_message=outcome[3],
-                            runtime=outcome[1])
+                            runtime=outcome[1], exception=outcome[3], traceback=outcome[4])
             self._settle_failure(timeout=False)
         elif kind == "retry":
             if consumer.log_info:
@@ -212,7 +212,7 @@ class Request:
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                        runtime=0.0)
+                        runtime=0.0, exception=safe_repr(exc), traceback="")
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
         consumer.task_done(self)
 
@@ -232,7 +232,7 @@ class Request:
         logger.error("Task %s lost its process (%s); sending it again (%d of %s)", self.label, exc, lost,
                      limit if limit is not None else "unlimited")
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                        runtime=0.0)
+                        runtime=0.0, exception=safe_repr(exc), traceback="")
         if consumer.republish(self.message, {LOST_HEADER: lost}):
             self.acknowledge()
         else:

@@ -64,10 +64,14 @@ class Consumer:
         self.task_consumer: TaskConsumer | None = None
         self.qos: QoS | None = None
         self.control: Any = None
+        #: the event dispatcher (the events plugin's Events step), None without one
+        self.events: Any = None
         self.fcfs = self.options.scheduling == "fcfs"
         self.log_info = logger.isEnabledFor(logging.INFO) or logging.getLogger("worker.request").isEnabledFor(
             logging.INFO
         )
+        #: whether the pool reports a successful task's return value (its repr)
+        self.result_reprs = self.log_info
         # requests: ready to dispatch, waiting for their ETA, running or queued in the pool
         self.ready: collections.deque[Request] = collections.deque()
         #: the broker the requests kept across a lost connection came from

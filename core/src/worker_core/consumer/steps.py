@@ -39,6 +39,7 @@ class TasksStep(Step["Consumer"]):
 
     name = "Tasks"
     requires = ("Connection",)
+    after = ("Events", "Heart")  # monitors hear of the worker before its first task
 
     def describe(self, options: WorkerOptions) -> str:
         return "consume " + ", ".join(options.queues)

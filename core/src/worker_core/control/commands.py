@@ -286,6 +286,36 @@ def rate_limit(worker: Worker, task_name: Any = None, rate_limit: Any = None,
     return ok("new rate limit set successfully")
 
 
+def _events_switch(worker: Worker, on: bool) -> dict[str, str]:
+    from ..events.plugin import disable_task_events, enable_task_events
+
+    consumer = worker.consumer
+    if consumer is None or consumer.events is None:
+        return nok("event dispatcher unavailable")
+    state = "enabled" if on else "disabled"
+    if not (enable_task_events if on else disable_task_events)(consumer):
+        return ok(f"task events already {state}")
+    logger.info("Events of group {task} %s by remote.", state)
+    return ok(f"task events {state}")
+
+
+def enable_events(worker: Worker, **_celery: Any) -> dict[str, str]:
+    return _events_switch(worker, True)
+
+
+def disable_events(worker: Worker, **_celery: Any) -> dict[str, str]:
+    return _events_switch(worker, False)
+
+
+def heartbeat(worker: Worker, **_celery: Any) -> None:
+    """Send a worker-heartbeat event now (Celery's ``heartbeat``; no reply)."""
+    from ..events.plugin import DEFAULT_INTERVAL, send_heartbeat
+
+    if worker.consumer is not None:
+        interval = worker.options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL
+        send_heartbeat(worker.consumer, "worker-heartbeat", interval)
+
+
 def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
     worker.request_stop()
     return ok("shutting down")
@@ -314,6 +344,9 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("rate_limit", rate_limit, kind="control", args=("task_name", "rate_limit"),
                 text_args=frozenset({"task_name", "rate_limit"}),
                 help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
+        Command("enable_events", enable_events, kind="control", help="Start sending task events."),
+        Command("disable_events", disable_events, kind="control", help="Stop sending task events."),
+        Command("heartbeat", heartbeat, kind="control", help="Send a worker-heartbeat event now."),
         Command("shutdown", shutdown, kind="control", help="Stop warmly."),
     )
 }
