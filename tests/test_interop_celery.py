@@ -168,3 +168,64 @@ def test_a_celery_clients_rate_limit_reaches_our_worker(workers, broker, queue, 
     assert [result.get(timeout=20) for result in results] == [0, 2, 4]
     assert time.monotonic() - sent >= 0.9  # two a second, the first at once
     ours.wait_log("New rate limit for tasks of type apps.basic.add: 2/s.")
+
+
+def test_celerys_event_receiver_follows_our_worker_and_its_tasks(workers, broker, queue, celery_client):
+    """What Flower and ``celery events`` do: a Celery receiver builds its state from our events."""
+    import threading
+
+    from celery.events.state import State
+
+    state, seen = State(), []
+    stop = threading.Event()
+
+    def on_event(event):
+        seen.append(event)
+        state.event(event)
+
+    def capture():
+        with celery_client.connection_for_read() as connection:
+            receiver = celery_client.events.Receiver(connection, handlers={"*": on_event})
+            receiver.should_stop = False
+            threading.Thread(target=lambda: (stop.wait(), setattr(receiver, "should_stop", True)),
+                             daemon=True).start()
+            receiver.capture(limit=None, timeout=None, wakeup=False)
+
+    thread = threading.Thread(target=capture, daemon=True)
+    thread.start()
+    try:
+        time.sleep(1.0)  # the receiver's queue is bound
+        name = f"ours-{queue}@localhost"
+        ours = workers.start("-Q", queue, "-n", name, "-E", "--heartbeat-interval", "0.5", broker=broker,
+                             backend=REDIS_TEST_URL)
+        added = celery_client.send_task("apps.basic.add", (2, 3), queue=queue)
+        failed = celery_client.send_task("apps.basic.boom", ("from celery",), queue=queue)
+        assert added.get(timeout=20) == 5
+        with pytest.raises(basic.Boom):
+            failed.get(timeout=20)
+
+        def kinds() -> set[tuple[str, str | None]]:
+            return {(event["type"], event.get("uuid")) for event in list(seen)}
+
+        deadline = time.monotonic() + 10
+        wanted = {("worker-online", None), ("worker-heartbeat", None), ("task-received", added.id),
+                  ("task-started", added.id), ("task-succeeded", added.id), ("task-failed", failed.id)}
+        while not wanted <= kinds() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert wanted <= kinds(), sorted(kinds())
+        assert state.workers[name].alive
+        task = state.tasks[added.id]
+        assert (task.name, task.state, task.args, task.result, task.worker.hostname) == (
+            "apps.basic.add", "SUCCESS", "(2, 3)", "5", name)
+        assert task.runtime >= 0
+        boom = state.tasks[failed.id]
+        assert boom.state == "FAILURE" and boom.exception == "Boom('from celery')"
+        assert "Boom" in boom.traceback
+        ours.stop()
+        deadline = time.monotonic() + 10
+        while ("worker-offline", None) not in kinds() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not state.workers[name].alive
+    finally:
+        stop.set()
+        thread.join(timeout=10)
