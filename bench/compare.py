@@ -10,8 +10,9 @@ and ``--processes 1 --threads 1`` for solo, with its own client (its message for
 Both workers dispatch to prefork children with fair scheduling, their default; ``-O fcfs`` runs
 this worker with ``-O fcfs`` and Celery with its equivalent, ``-O default``.
 
-How it measures (the same way for both workers; the Celery worker runs with gossip, mingle and
-heartbeats off, features this worker does not have):
+How it measures (the same way for both workers; both run without heartbeat events,
+``--without-heartbeat``, and the Celery worker also without gossip and mingle, which this worker
+does not have):
 
 - start-up: one task is queued, then the worker is spawned; the time until that task starts
   (every contender's code is byte-compiled first, as a regular install leaves it);
@@ -199,7 +200,7 @@ def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") ->
                 "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat", "-O", "fair" if scheduling == "fair" else "default"]
     return [sys.executable, "-m", "worker_core", "worker", "-A", "worker_app", "-P", pool,
-            "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "-O", scheduling]
+            "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "-O", scheduling, "--without-heartbeat"]
 
 
 def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
