@@ -157,7 +157,7 @@ def test_our_revoke_reaches_a_celery_worker(workers, broker, queue, our_client, 
     assert basic.add.apply_async((2, 2), queue=queue).get(timeout=20) == 4
 
 
-def test_a_celery_clients_rate_limit_reaches_our_worker(workers, broker, queue, celery_client):
+def test_a_celery_clients_rate_limit_and_time_limit_reach_our_worker(workers, broker, queue, celery_client):
     name = f"ours-{queue}@localhost"
     ours = workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
     replies = celery_client.control.rate_limit("apps.basic.add", "2/s", destination=[name], reply=True,
@@ -168,6 +168,10 @@ def test_a_celery_clients_rate_limit_reaches_our_worker(workers, broker, queue, 
     assert [result.get(timeout=20) for result in results] == [0, 2, 4]
     assert time.monotonic() - sent >= 0.9  # two a second, the first at once
     ours.wait_log("New rate limit for tasks of type apps.basic.add: 2/s.")
+    replies = celery_client.control.time_limit("apps.basic.add", soft=10, hard=20, destination=[name],
+                                               reply=True, timeout=3)
+    assert replies == [{name: {"ok": "time limits set successfully"}}]
+    ours.wait_log("New time limits for tasks of type apps.basic.add: soft=10 hard=20")
 
 
 def test_celerys_event_receiver_follows_our_worker_and_its_tasks(workers, broker, queue, celery_client):

@@ -126,3 +126,24 @@ def test_a_task_that_kills_its_process_every_time_stops_after_the_redelivery_lim
     assert counter.read_text() == "xxxx"  # the first run and three more
     assert worker.log().count("sending it again") == 3
     assert basic.add.delay(5, 5).get(timeout=30) == 10
+
+
+def test_the_time_limit_command_sets_a_tasks_limits_for_the_tasks_that_start_next(start):
+    from worker_core.control.client import broadcast
+
+    worker = start()
+    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep", "hard": 0.5},
+                        timeout=5, limit=1)
+    assert list(reply.values()) == [{"ok": "time limits set successfully"}]
+    started = time.monotonic()
+    with pytest.raises(TimeLimitExceeded):
+        basic.sleep.delay(30).get(timeout=30)
+    assert time.monotonic() - started < 10
+    worker.wait_log("New time limits for tasks of type apps.basic.sleep: soft=None hard=0.5")
+    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep", "soft": 2, "hard": 1},
+                        timeout=5, limit=1)
+    assert list(reply.values()) == [{"error": "soft_time_limit (2s) must be shorter than time_limit (1s): "
+                                              "the soft limit warns the task before the hard limit kills it"}]
+    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep"}, timeout=5, limit=1)
+    assert list(reply.values()) == [{"ok": "time limits set successfully"}]
+    assert basic.sleep.delay(1).get(timeout=30) == 1  # limits lifted again

@@ -133,13 +133,7 @@ class Task:
                 self.retry_backoff = float(_optional_number("retry_backoff", retry_backoff) or 0)
             self.retry_backoff_max = float(_optional_number("retry_backoff_max", retry_backoff_max) or 0)
             self.retry_jitter = _bool("retry_jitter", retry_jitter)
-            self._time_limit: float | None = _optional_number("time_limit", time_limit)
-            self._soft_time_limit: float | None = _optional_number("soft_time_limit", soft_time_limit)
-            if time_limit and soft_time_limit and soft_time_limit >= time_limit:
-                raise ConfigurationError(
-                    f"soft_time_limit ({soft_time_limit:g}s) must be shorter than time_limit "
-                    f"({time_limit:g}s): the soft limit warns the task before the hard limit kills it"
-                )
+            self.set_time_limits(soft_time_limit, time_limit)
             self._reject_on_worker_lost = _optional_bool("reject_on_worker_lost", reject_on_worker_lost)
             self._acks_on_failure_or_timeout = _optional_bool("acks_on_failure_or_timeout",
                                                               acks_on_failure_or_timeout)
@@ -183,6 +177,18 @@ class Task:
     def default_retry_delay(self) -> float:
         delay = self._default_retry_delay
         return float(self.app.settings.task_default_retry_delay if delay is None else delay)
+
+    def set_time_limits(self, soft: float | None, hard: float | None) -> None:
+        """Both limits at once (None: the app's ``task_soft_time_limit``/``task_time_limit``)."""
+        soft = _optional_number("soft_time_limit", soft)
+        hard = _optional_number("time_limit", hard)
+        if hard and soft and soft >= hard:
+            raise ConfigurationError(
+                f"soft_time_limit ({soft:g}s) must be shorter than time_limit "
+                f"({hard:g}s): the soft limit warns the task before the hard limit kills it"
+            )
+        self._soft_time_limit: float | None = soft
+        self._time_limit: float | None = hard
 
     @property
     def time_limit(self) -> float | None:

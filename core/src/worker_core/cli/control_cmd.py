@@ -85,6 +85,12 @@ def _arguments(command: str, words: tuple[str, ...]) -> dict[str, Any]:
         if key in spec.text_args:
             values[key] = text
             continue
+        if key in spec.float_args:
+            try:
+                values[key] = float(text)
+            except ValueError:
+                raise click.BadParameter(f"must be a number (got {text!r})", param_hint=key.upper()) from None
+            continue
         try:
             values[key] = int(text)
         except ValueError:
@@ -121,7 +127,8 @@ def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
 def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, rate-limit TASK RATE,
-    revoke ID..., terminate SIGNAL ID..., shutdown."""
+    time-limit TASK SOFT [HARD], revoke ID..., terminate SIGNAL ID..., enable-events,
+    disable-events, heartbeat, shutdown."""
     name = command.replace("-", "_")
     values = _arguments(command, arguments)
     if name == "autoscale" and "max" not in values:
@@ -131,6 +138,9 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             parse_autoscale(f"{values['max']},{values.get('min', 0)}")
         except WorkerError as exc:
             raise fail(exc) from None
+    if name == "time_limit" and len(values) < 2:
+        raise click.UsageError("time-limit takes TASK_NAME SOFT [HARD] in seconds, for example: control "
+                               "time-limit proj.tasks.report 60 120")
     if name == "rate_limit":
         if len(values) < 2:
             raise click.UsageError("rate-limit takes TASK_NAME and RATE, for example: control rate-limit "

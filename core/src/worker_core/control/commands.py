@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..exceptions import PoolError, TaskRevokedError
+from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
 from ..rates import parse_rate
 from ..results.disabled import DisabledBackend
@@ -41,8 +41,9 @@ class Command:
     help: str = ""
     #: names of the arguments on the command line, in order (``autoscale MAX MIN``)
     args: tuple[str, ...] = ()
-    #: which of ``args`` are text (the others are whole numbers)
+    #: which of ``args`` are text, and which numbers with a fraction (the others are whole numbers)
     text_args: frozenset[str] = frozenset()
+    float_args: frozenset[str] = frozenset()
     #: the argument that takes every remaining word on the command line, as a list
     variadic: str = ""
 
@@ -286,6 +287,21 @@ def rate_limit(worker: Worker, task_name: Any = None, rate_limit: Any = None,
     return ok("new rate limit set successfully")
 
 
+def time_limit(worker: Worker, task_name: Any = None, soft: Any = None, hard: Any = None,
+               **_celery: Any) -> dict[str, str]:
+    """Celery's ``time_limit``: new soft and hard limits (seconds; None for the defaults) for
+    one task type, applied to the tasks that start from now on."""
+    task = worker.app.tasks.get(task_name) if isinstance(task_name, str) else None
+    if task is None:
+        return nok(f"unknown task {task_name!r}.{did_you_mean(str(task_name), list(worker.app.tasks))}")
+    try:
+        task.set_time_limits(soft, hard)
+    except ConfigurationError as exc:
+        return nok(str(exc))
+    logger.info("New time limits for tasks of type %s: soft=%s hard=%s", task.name, soft, hard)
+    return ok("time limits set successfully")
+
+
 def _events_switch(worker: Worker, on: bool) -> dict[str, str]:
     from ..events.plugin import disable_task_events, enable_task_events
 
@@ -344,6 +360,9 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("rate_limit", rate_limit, kind="control", args=("task_name", "rate_limit"),
                 text_args=frozenset({"task_name", "rate_limit"}),
                 help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
+        Command("time_limit", time_limit, kind="control", args=("task_name", "soft", "hard"),
+                text_args=frozenset({"task_name"}), float_args=frozenset({"soft", "hard"}),
+                help="Change a task's time limits (TASK_NAME SOFT [HARD], seconds)."),
         Command("enable_events", enable_events, kind="control", help="Start sending task events."),
         Command("disable_events", disable_events, kind="control", help="Stop sending task events."),
         Command("heartbeat", heartbeat, kind="control", help="Send a worker-heartbeat event now."),
