@@ -167,3 +167,68 @@ def test_workerctl_revokes_and_lists_revoked_ids(start, embedded_broker, tmp_pat
     assert result.id in workerctl("inspect", "revoked")
     with pytest.raises(TaskRevokedError):
         result.get(timeout=10)
+
+
+def test_revoked_ids_saved_and_loaded_keep_their_age(tmp_path):
+    now = [100.0]
+    ids = RevokedIds(expires=10, clock=lambda: now[0])
+    ids.add(["old"])
+    now[0] = 106.0
+    ids.add(["new"])
+    path = str(tmp_path / "state.json")
+    ids.save(path)
+    later = [5000.0]  # another process: its monotonic clock says something else entirely
+    loaded = RevokedIds(expires=10, clock=lambda: later[0])
+    assert loaded.load(path) == 2 and list(loaded) == ["old", "new"]
+    later[0] += 5  # "old" was revoked 11 s ago now, "new" 5 s ago
+    assert "old" not in loaded and "new" in loaded
+    assert RevokedIds().load(str(tmp_path / "missing.json")) == 0
+
+
+@pytest.mark.parametrize(("content", "error"), [
+    ("{not json", "cannot read the state file"),
+    ('{"clock": 3}', "does not hold revoked task ids"),
+    ('{"revoked": {"a": "yesterday"}}', "does not hold revoked task ids"),
+])
+def test_a_state_file_that_is_not_ours_is_refused(tmp_path, content, error):
+    path = tmp_path / "state.json"
+    path.write_text(content)
+    with pytest.raises(ValueError, match=error):
+        RevokedIds().load(str(path))
+
+
+def test_with_statedb_revoked_ids_survive_a_restart(start, tmp_path):
+    state = tmp_path / "worker.state"
+    proof = tmp_path / "ran"
+    worker = start("solo", "--statedb", str(state))
+    task_id = str(uuid.uuid4())
+    _ask("revoke", task_id=task_id)
+    assert task_id in state.read_text()  # written at once, not only at a clean shutdown
+    worker.stop()
+    worker = start("solo", "-S", str(state))
+    worker.wait_log("Loaded 1 revoked task id(s) from")
+    assert _ask("revoked") == [task_id]
+    basic.record.apply_async((str(proof), "x"), task_id=task_id)
+    assert basic.add.delay(1, 1).get(timeout=20) == 2
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{task_id}] (revoked)")
+    assert not proof.exists()
+
+
+@pytest.mark.parametrize(("make", "error"), [
+    (lambda tmp: str(tmp / "nowhere" / "state"), "the directory"),
+    (lambda tmp: str(tmp), "is a directory"),
+    (lambda tmp: (tmp / "bad").write_text("{oops") and str(tmp / "bad"), "cannot read the state file"),
+])
+def test_a_bad_statedb_stops_before_anything_starts(tmp_path, embedded_broker, make, error):
+    import os
+
+    from workers import WorkerProcess
+
+    env = dict(os.environ, WORKER_BROKER_URL=embedded_broker)
+    worker = WorkerProcess(["-A", "apps.basic", "--statedb", make(tmp_path)], env, tmp_path / "bad.log",
+                           cwd=TESTS)
+    try:
+        assert worker.process.wait(timeout=20) == 2, worker.log()
+        assert "--statedb" in worker.log() and error in worker.log() and "Traceback" not in worker.log()
+    finally:
+        worker.kill()

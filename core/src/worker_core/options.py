@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -65,6 +66,26 @@ class OptionSpec:
     default: Any = None
     help: str = ""
     is_flag: bool = False
+
+
+def _state_file(path: str | None) -> None:
+    if path is None:
+        return
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigurationError(f"--statedb must be a file path (got {path!r})")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigurationError(f"--statedb {path!r}: the directory {folder} does not exist; create it or "
+                                 "give another path")
+    if os.path.isdir(path):
+        raise ConfigurationError(f"--statedb {path!r} is a directory; give a file path in it")
+    from .revoked import RevokedIds
+
+    try:
+        RevokedIds().load(path)
+    except ValueError as exc:
+        raise ConfigurationError(f"--statedb: {exc}; give another path, or remove the file to start "
+                                 "with no revoked ids") from None
 
 
 def _positive(name: str, *, allow_zero: bool = False) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
@@ -142,6 +163,7 @@ class WorkerOptions:
         default=None, validator=_positive("--max-memory-per-child")
     )
     scheduling: str = attrs.field(default="fair", validator=_one_of("-O", SCHEDULING))
+    statedb: str | None = attrs.field(default=None, validator=lambda _i, _a, value: _state_file(value))
     blocked_plugins: tuple[str, ...] = ()
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 

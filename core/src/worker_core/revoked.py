@@ -2,11 +2,14 @@
 discarded instead of run.
 
 As in Celery, the set is per worker and bounded: at most :data:`REVOKES_MAX` ids (the oldest go
-first) for :data:`REVOKE_EXPIRES` seconds each (10,800 s: three hours).
+first) for :data:`REVOKE_EXPIRES` seconds each (10,800 s: three hours). With ``--statedb`` the
+ids are kept in a file (JSON: each id with the time it was revoked) across restarts.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -65,3 +68,35 @@ class RevokedIds:
     def __iter__(self) -> Iterator[str]:
         self.purge()
         return iter(list(self._ids))
+
+    def save(self, path: str) -> None:
+        """Write the ids and when they were revoked to ``path`` (replaced in one step)."""
+        self.purge()
+        offset = time.time() - self._clock()
+        state = {"revoked": {task_id: revoked_at + offset for task_id, revoked_at in self._ids.items()}}
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump(state, file)
+        os.replace(temporary, path)
+
+    def load(self, path: str) -> int:
+        """Add the ids ``path`` holds that have not expired; a missing file holds none. Raises
+        ``ValueError`` naming the file when it is not one this class wrote. Returns how many."""
+        try:
+            with open(path, encoding="utf-8") as file:
+                state = json.load(file)
+        except FileNotFoundError:
+            return 0
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read the state file {path!r}: {exc}") from None
+        revoked = state.get("revoked") if isinstance(state, dict) else None
+        if not isinstance(revoked, dict) or not all(
+                isinstance(k, str) and isinstance(v, (int, float)) for k, v in revoked.items()):
+            raise ValueError(f"the state file {path!r} does not hold revoked task ids (was it written by "
+                             "another program?)")
+        offset = time.time() - self._clock()
+        for task_id, when in sorted(revoked.items(), key=lambda item: item[1]):
+            self._ids.pop(task_id, None)
+            self._ids[task_id] = when - offset
+        self.purge()
+        return len(self._ids)

@@ -166,6 +166,8 @@ class Settings:
     worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
     worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
+    #: file that keeps the revoked task ids across restarts (``--statedb``)
+    worker_state_db: str | None = attrs.field(default=None, validator=_check(str, optional=True))
     #: ignore every task's ``rate_limit``
     worker_disable_rate_limits: bool = attrs.field(default=False, validator=_check(bool))
 

@@ -195,6 +195,7 @@ def worker_option_decorators() -> list[Callable[[F], F]]:
         click.option("--soft-time-limit", type=float, help="Soft time limit per task, in seconds."),
         click.option("--max-tasks-per-child", type=int, help="Replace a pool process after N tasks."),
         click.option("--max-memory-per-child", type=int, help="Replace a pool process above N KiB resident."),
+        click.option("-S", "--statedb", help="File that keeps the revoked task ids across restarts."),
         click.option("-O", "scheduling", metavar="fair|fcfs",
                      help="Dispatch to idle processes only (fair, default) or any."),
         plugin_option,
@@ -223,6 +224,7 @@ def options_from_params(
     simple = (
         "app", "pool", "concurrency", "loop", "failover", "prefetch_multiplier", "autoscaler",
         "time_limit", "soft_time_limit", "max_tasks_per_child", "max_memory_per_child", "scheduling",
+        "statedb",
     )
     for name in simple:
         if params.get(name) is not None:
@@ -284,6 +286,7 @@ def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
         prefetch_multiplier=settings.worker_prefetch_multiplier,
         max_tasks_per_child=settings.worker_max_tasks_per_child,
         max_memory_per_child=settings.worker_max_memory_per_child,
+        statedb=settings.worker_state_db,
         failover=settings.broker_failover_strategy,
         queues=(settings.task_default_queue,),
     )

@@ -202,6 +202,7 @@ def revoke(worker: Worker, task_id: Any = None, terminate: bool = False, signal:
     except ValueError as exc:
         return nok(f"revoke: {exc}")
     worker.revoked.add(ids)
+    worker.save_state()
     consumer = worker.consumer
     held = consumer.requests_by_id(ids) if consumer is not None else {}
     discarded = [request.id for request in consumer.revoke_waiting(ids)] if consumer is not None else []

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import execution
 from ..bootsteps import Blueprint
+from ..exceptions import ConfigurationError
 from ..revoked import RevokedIds
 
 if TYPE_CHECKING:
@@ -70,6 +71,12 @@ class Worker:
     def start(self) -> None:
         """Start every step; returns once the worker has stopped (warm or cold)."""
         execution.install(self.app, self._process_init)
+        if self.options.statedb:
+            try:
+                loaded = self.revoked.load(self.options.statedb)
+            except ValueError as exc:  # the options checked it; it changed since
+                raise ConfigurationError(f"--statedb: {exc}") from None
+            logger.info("Loaded %d revoked task id(s) from %s", loaded, self.options.statedb)
         self.notify("worker_init", worker=self)
         try:
             self.blueprint.start(self)
@@ -84,6 +91,16 @@ class Worker:
             self.blueprint.terminate(self)
         else:
             self.blueprint.stop(self)
+        self.save_state()
+
+    def save_state(self) -> None:
+        """Write the revoked ids to ``--statedb``, if given (after each revoke and at shutdown)."""
+        if not self.options.statedb:
+            return
+        try:
+            self.revoked.save(self.options.statedb)
+        except OSError as exc:
+            logger.error("Could not save the revoked task ids to %s: %s", self.options.statedb, exc)
 
     def request_stop(self, *, cold: bool = False) -> None:
         """Ask the worker to stop (safe from a signal handler): warm first, cold when asked
