@@ -312,6 +312,10 @@ def test_a_bad_result_backend_is_refused(queue_url: str, env: dict[str, str], ex
                                          "Did you mean 'json'?"]),
     ({"WORKER_BROKER_URL": "nope"}, ["broker URL 'nope' has no scheme"]),
     ({"WORKER_WORKER_POOL": "nope"}, ["no pool named 'nope'"]),
+    ({"WORKER_WORKER_DISABLE_RATE_LIMITS": "sometimes"}, ["WORKER_WORKER_DISABLE_RATE_LIMITS must be true or "
+                                                          "false", "(got 'sometimes')"]),
+    ({"WORKER_WORKER_STATE_DB": "/nowhere/at/all/state"}, ["--statedb '/nowhere/at/all/state'",
+                                                          "the directory /nowhere/at/all does not exist"]),
 ])
 def test_a_bad_worker_environment_variable_is_refused_by_name(queue_url: str, env: dict[str, str],
                                                               expected: list[str]) -> None:
@@ -452,6 +456,14 @@ def test_call_with_b_sends_to_that_broker_even_when_worker_broker_url_is_set(que
     (["control", "autoscale"], ["autoscale takes MAX and optionally MIN", "control autoscale 10 3"]),
     (["control", "autoscale", "1", "5"], ["MIN may not exceed MAX", "did you mean 5,1?"]),
     (["control", "shutdown", "now"], ["shutdown takes 0 argument(s)"]),
+    (["control", "revoke"], ["revoke takes TASK_ID...", "for example: revoke "]),
+    (["control", "terminate", "KILL"], ["terminate takes SIGNAL TASK_ID...", "terminate KILL "]),
+    (["control", "terminate", "NOPE", "some-id"], ["Invalid value for SIGNAL: unknown signal 'NOPE'"]),
+    (["control", "rate-limit", "proj.add"], ["rate-limit takes TASK_NAME and RATE"]),
+    (["control", "rate-limit", "proj.add", "5/d"], ["Invalid value for RATE", "'10/s', '100/m' or '2/h'"]),
+    (["control", "time-limit", "proj.add"], ["time-limit takes TASK_NAME SOFT [HARD]"]),
+    (["control", "time-limit", "proj.add", "1", "x"], ["Invalid value for HARD: must be a number (got 'x')"]),
+    (["inspect", "query_task"], ["query_task takes IDS..."]),
 ])
 def test_bad_inspect_and_control_arguments_are_refused(queue_url: str, args: list[str],
                                                        expected: list[str]) -> None:
