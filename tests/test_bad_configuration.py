@@ -449,7 +449,7 @@ def test_call_with_b_sends_to_that_broker_even_when_worker_broker_url_is_set(que
     (["inspect", "ping", "-t", "x"], ["'-t' / '--timeout'", "'x' is not a valid float"]),
     (["inspect", "ping", "-t", "0"], ["'-t' / '--timeout'", "not in the range x>0"]),
     (["inspect", "ping", "-b", "nope"], ["broker URL 'nope' has no scheme"]),
-    (["control", "nope"], ["'nope' is not one of 'autoscale'"]),
+    (["control", "nope"], ["'nope' is not one of 'add-consumer', 'autoscale'"]),
     (["control", "pool-grow", "x"], ["Invalid value for N: must be a whole number (got 'x')"]),
     (["control", "pool-grow", "0"], ["Invalid value for N: must be a whole number, 1 or more (got 0)"]),
     (["control", "pool-grow", "1", "2"], ["pool-grow takes 1 argument(s): N"]),
@@ -464,6 +464,7 @@ def test_call_with_b_sends_to_that_broker_even_when_worker_broker_url_is_set(que
     (["control", "time-limit", "proj.add"], ["time-limit takes TASK_NAME SOFT [HARD]"]),
     (["control", "time-limit", "proj.add", "1", "x"], ["Invalid value for HARD: must be a number (got 'x')"]),
     (["inspect", "query_task"], ["query_task takes IDS..."]),
+    (["control", "add-consumer"], ["add-consumer takes a QUEUE", "control add-consumer emails"]),
 ])
 def test_bad_inspect_and_control_arguments_are_refused(queue_url: str, args: list[str],
                                                        expected: list[str]) -> None:

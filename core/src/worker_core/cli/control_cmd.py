@@ -127,8 +127,8 @@ def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
 def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, rate-limit TASK RATE,
-    time-limit TASK SOFT [HARD], revoke ID..., terminate SIGNAL ID..., enable-events,
-    disable-events, heartbeat, shutdown."""
+    time-limit TASK SOFT [HARD], add-consumer QUEUE, cancel-consumer QUEUE, revoke ID...,
+    terminate SIGNAL ID..., enable-events, disable-events, heartbeat, shutdown."""
     name = command.replace("-", "_")
     values = _arguments(command, arguments)
     if name == "autoscale" and "max" not in values:
@@ -138,6 +138,8 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             parse_autoscale(f"{values['max']},{values.get('min', 0)}")
         except WorkerError as exc:
             raise fail(exc) from None
+    if name in ("add_consumer", "cancel_consumer") and "queue" not in values:
+        raise click.UsageError(f"{command} takes a QUEUE, for example: control {command} emails")
     if name == "time_limit" and len(values) < 2:
         raise click.UsageError("time-limit takes TASK_NAME SOFT [HARD] in seconds, for example: control "
                                "time-limit proj.tasks.report 60 120")

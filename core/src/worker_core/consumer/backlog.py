@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 
 from ..app.broker import connection_for, transport_for
 from ..app.settings import Settings
@@ -20,10 +21,12 @@ logger = logging.getLogger("worker.consumer")
 
 
 class Backlog:
-    def __init__(self, plugins: PluginManager, settings: Settings, options: WorkerOptions) -> None:
+    def __init__(self, plugins: PluginManager, settings: Settings, options: WorkerOptions,
+                 queues: Sequence[str] | None = None) -> None:
         self.plugins = plugins
         self.settings = settings
-        self.queues = options.queues
+        #: the worker's list of queues (it changes with add_consumer/cancel_consumer)
+        self.queues = options.queues if queues is None else queues
         self.url = options.brokers[0]
         self._local = threading.local()
 

@@ -224,7 +224,7 @@ class Consumer:
     def start_consuming(self) -> None:
         assert self.connection is not None
         channel = self.connection.default_channel
-        queues = [task_queue(name, self.app.settings) for name in self.options.queues]
+        queues = [task_queue(name, self.app.settings) for name in self.worker.queues]
         self.task_consumer = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             channel, queues=queues, on_message=self._handler, no_ack=False,
             # kombu could not even build the message (a bad 'compression' header): reject it
@@ -237,6 +237,18 @@ class Consumer:
         self.qos.update()
         logger.debug("basic.qos: prefetch_count->%d", prefetch)
         self.task_consumer.consume()
+
+    def add_queue(self, queue: Any) -> None:
+        """Start consuming ``queue`` (a kombu queue) too (remote ``add_consumer``)."""
+        if self.task_consumer is not None and not self.connection_lost:
+            self.task_consumer.add_queue(queue)
+            self.task_consumer.consume()
+
+    def cancel_queue(self, name: str) -> None:
+        """Stop consuming the queue ``name`` (remote ``cancel_consumer``); the messages already
+        received from it are still worked on."""
+        if self.task_consumer is not None and not self.connection_lost:
+            self.task_consumer.cancel_by_queue(name)
 
     def _set_prefetch(self, prefetch_count: int) -> None:
         if self.task_consumer is not None:

@@ -114,7 +114,41 @@ def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False
 
 def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:
     return [{"name": name, "exchange": {"name": name, "type": "direct"}, "routing_key": name, "durable": True}
-            for name in worker.options.queues]
+            for name in worker.queues]
+
+
+def add_consumer(worker: Worker, queue: Any = None, exchange: Any = None, exchange_type: Any = None,
+                 routing_key: Any = None, **_celery: Any) -> dict[str, str]:
+    """Celery's ``add_consumer``: consume one more queue (declared as Celery declares it: a
+    durable queue bound to the direct exchange of the same name)."""
+    from ..app.broker import task_queue
+
+    if not isinstance(queue, str) or not queue.strip() or queue != queue.strip() or "," in queue:
+        return nok(f"add_consumer needs one queue name, without commas or spaces around it (got {queue!r})")
+    name = queue
+    if (exchange or name, exchange_type or "direct", routing_key or name) != (name, "direct", name):
+        return nok(f"add_consumer: this worker consumes a queue bound to the direct exchange of its own "
+                   f"name with its name as routing key (got exchange={exchange!r}, "
+                   f"exchange_type={exchange_type!r}, routing_key={routing_key!r})")
+    if name in worker.queues:
+        return ok(f"already consuming from {name!r}")
+    worker.queues.append(name)
+    if worker.consumer is not None:
+        worker.consumer.add_queue(task_queue(name, worker.app.settings))
+    logger.info("Started consuming from %s", name)
+    return ok(f"add consumer {name}")
+
+
+def cancel_consumer(worker: Worker, queue: Any = None, **_celery: Any) -> dict[str, str]:
+    """Celery's ``cancel_consumer``: stop consuming one queue."""
+    if not isinstance(queue, str) or queue not in worker.queues:
+        consumed = ", ".join(worker.queues) or "none"
+        return nok(f"not consuming from {queue!r}; the queues consumed are {consumed}")
+    worker.queues.remove(queue)
+    if worker.consumer is not None:
+        worker.consumer.cancel_queue(queue)
+    logger.info("Stopped consuming from %s", queue)
+    return ok(f"no longer consuming from {queue}")
 
 
 def autoscale(worker: Worker, max: int | None = None, min: int | None = None) -> dict[str, str]:
@@ -361,6 +395,10 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("rate_limit", rate_limit, kind="control", args=("task_name", "rate_limit"),
                 text_args=frozenset({"task_name", "rate_limit"}),
                 help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
+        Command("add_consumer", add_consumer, kind="control", args=("queue",), text_args=frozenset({"queue"}),
+                help="Consume one more queue (QUEUE)."),
+        Command("cancel_consumer", cancel_consumer, kind="control", args=("queue",),
+                text_args=frozenset({"queue"}), help="Stop consuming a queue (QUEUE)."),
         Command("time_limit", time_limit, kind="control", args=("task_name", "soft", "hard"),
                 text_args=frozenset({"task_name"}), float_args=frozenset({"soft", "hard"}),
                 help="Change a task's time limits (TASK_NAME SOFT [HARD], seconds)."),

@@ -57,6 +57,8 @@ class Worker:
         self._backlog: Backlog | None = None
         #: ids of revoked tasks (remote ``revoke``): kept across lost connections
         self.revoked = RevokedIds()
+        #: the queues consumed now: ``-Q``, then ``add_consumer``/``cancel_consumer``
+        self.queues: list[str] = list(self.options.queues)
         self.stopping = False
         self.terminating = False
         self.ready = False
@@ -135,7 +137,7 @@ class Worker:
         if self._backlog is None:
             from ..consumer.backlog import Backlog
 
-            self._backlog = Backlog(self.plugins, self.app.settings, self.options)
+            self._backlog = Backlog(self.plugins, self.app.settings, self.options, self.queues)
         return self._backlog.depth()
 
     def on_max_concurrency_change(self, difference: int) -> None:
