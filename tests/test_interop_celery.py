@@ -233,3 +233,26 @@ def test_celerys_event_receiver_follows_our_worker_and_its_tasks(workers, broker
     finally:
         stop.set()
         thread.join(timeout=10)
+
+
+def test_a_celery_clients_add_consumer_and_cancel_consumer_reach_our_worker(workers, broker, queue,
+                                                                            celery_client):
+    name = f"ours-{queue}@localhost"
+    other = f"{queue}-more"
+    workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
+    try:
+        replies = celery_client.control.add_consumer(other, destination=[name], reply=True, timeout=3)
+        assert replies == [{name: {"ok": f"add consumer {other}"}}]
+        assert celery_client.send_task("apps.basic.add", (4, 4), queue=other).get(timeout=20) == 8
+        active = celery_client.control.inspect(timeout=3, destination=[name]).active_queues()
+        assert [q["name"] for q in active[name]] == [queue, other]
+        replies = celery_client.control.cancel_consumer(other, destination=[name], reply=True, timeout=3)
+        assert replies == [{name: {"ok": f"no longer consuming from {other}"}}]
+    finally:
+        workers.cleanup()
+        if broker.startswith("amqp"):
+            import kombu
+
+            with kombu.Connection(broker) as connection:
+                connection.default_channel.queue_delete(other)
+                connection.default_channel.exchange_delete(other)
