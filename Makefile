@@ -41,6 +41,8 @@ bench: venv
 	$(BIN)/python bench/steps_graph.py
 	$(BIN)/python bench/autoscale.py --broker $(REDIS_BENCH)
 	$(BIN)/python bench/amqp_ceiling.py --broker $(AMQP_BENCH)
+	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3
+	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P solo -c 1 --repeat 3
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
