@@ -128,3 +128,15 @@ def test_a_bad_heartbeat_interval_stops_before_anything_starts(tmp_path, embedde
             assert "--heartbeat-interval" in worker.log() and "must be a number of seconds" in worker.log()
         finally:
             worker.kill()
+
+
+def test_the_event_options_appear_in_help_as_plain_switches():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "worker_core", "worker", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "-E, --task-events Send task events" in text and "--without-heartbeat Send no" in text
+    assert "[default: (" not in text  # a plugin option's name is not a default to show

@@ -161,8 +161,7 @@ def _click_option(spec: OptionSpec) -> click.Option:
             raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
     return click.Option(
-        list(spec.flags),
-        spec.name,
+        [*spec.flags, spec.name],  # the bare name is where click puts the value
         is_flag=spec.is_flag,
         default=None,
         help=spec.help,
