@@ -146,4 +146,8 @@ def test_the_time_limit_command_sets_a_tasks_limits_for_the_tasks_that_start_nex
                                               "the soft limit warns the task before the hard limit kills it"}]
     [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep"}, timeout=5, limit=1)
     assert list(reply.values()) == [{"ok": "time limits set successfully"}]
+    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.slep", "hard": 1}, timeout=5,
+                        limit=1)
+    assert list(reply.values()) == [
+        {"error": "unknown task 'apps.basic.slep'. Did you mean 'apps.basic.sleep'?"}]
     assert basic.sleep.delay(1).get(timeout=30) == 1  # limits lifted again

@@ -300,12 +300,20 @@ def query_task(worker: Worker, ids: Any = None, **_celery: Any) -> dict[str, Any
             for task_id, request in found.items()}
 
 
+def _known_task(worker: Worker, name: Any) -> Any:
+    return worker.app.tasks.get(name) if isinstance(name, str) else None
+
+
+def _unknown_task(worker: Worker, name: Any) -> dict[str, str]:
+    return nok(f"unknown task {name!r}.{did_you_mean(str(name), list(worker.app.tasks))}")
+
+
 def rate_limit(worker: Worker, task_name: Any = None, rate_limit: Any = None,
                **_celery: Any) -> dict[str, str]:
     """Celery's ``rate_limit``: a new rate for one task type on this worker ("0" lifts it)."""
-    task = worker.app.tasks.get(task_name) if isinstance(task_name, str) else None
+    task = _known_task(worker, task_name)
     if task is None:
-        return nok(f"unknown task {task_name!r}.{did_you_mean(str(task_name), list(worker.app.tasks))}")
+        return _unknown_task(worker, task_name)
     try:
         parse_rate(rate_limit)
     except ValueError as exc:
@@ -326,9 +334,9 @@ def time_limit(worker: Worker, task_name: Any = None, soft: Any = None, hard: An
                **_celery: Any) -> dict[str, str]:
     """Celery's ``time_limit``: new soft and hard limits (seconds; None for the defaults) for
     one task type, applied to the tasks that start from now on."""
-    task = worker.app.tasks.get(task_name) if isinstance(task_name, str) else None
+    task = _known_task(worker, task_name)
     if task is None:
-        return nok(f"unknown task {task_name!r}.{did_you_mean(str(task_name), list(worker.app.tasks))}")
+        return _unknown_task(worker, task_name)
     try:
         task.set_time_limits(soft, hard)
     except ConfigurationError as exc:
