@@ -116,7 +116,7 @@ _EXAMPLES = {
 def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
     """Ask workers about their state: ping, stats, active, reserved, scheduled, registered,
-    active_queues, revoked, query_task ID..."""
+    active_queues, revoked, conf, query_task ID..."""
     _run(app_spec, broker, command, _arguments(command, arguments), destination, timeout, as_json)
 
 

@@ -18,15 +18,17 @@ import attrs
 
 from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
+from ..protocol import safe_repr
 from ..rates import parse_rate
 from ..results.disabled import DisabledBackend
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
+from ..selection import redact
 
 if TYPE_CHECKING:
     from ..request import Request
     from ..worker.worker import Worker
 
-__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "signal_number"]
+__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "shown_setting", "signal_number"]
 
 logger = logging.getLogger("worker.control")
 
@@ -149,6 +151,36 @@ def cancel_consumer(worker: Worker, queue: Any = None, **_celery: Any) -> dict[s
         worker.consumer.cancel_queue(queue)
     logger.info("Stopped consuming from %s", queue)
     return ok(f"no longer consuming from {queue}")
+
+
+#: setting names, and keys inside settings, whose values ``conf`` never shows
+_SECRET_WORDS = ("password", "secret", "token", "key", "credential")
+
+
+def shown_setting(name: str, value: Any) -> Any:
+    """A setting as ``conf`` shows it: JSON-able, passwords in URLs and secret-looking values
+    hidden."""
+    if isinstance(value, str) and "://" in value:
+        return ";".join(redact(part) for part in value.split(";"))
+    if any(word in name.lower() for word in _SECRET_WORDS) and value not in (None, "", {}):
+        return "********"
+    if isinstance(value, Mapping):
+        return {str(key): shown_setting(str(key), item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shown_setting(name, item) for item in value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return safe_repr(value)
+
+
+def conf(worker: Worker, with_defaults: bool = False, **_celery: Any) -> dict[str, Any]:
+    """The app's settings that differ from the defaults (all of them ``with_defaults``), as
+    Celery's ``conf`` lists them, with secrets hidden."""
+    from ..app.settings import Settings
+
+    settings, defaults = worker.app.settings, Settings()
+    return {name: shown_setting(name, getattr(settings, name)) for name in Settings.names()
+            if with_defaults or getattr(settings, name) != getattr(defaults, name)}
 
 
 def autoscale(worker: Worker, max: int | None = None, min: int | None = None) -> dict[str, str]:
@@ -391,6 +423,7 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("registered", registered, help="Task names this worker knows."),
         Command("active_queues", active_queues, help="Queues this worker consumes."),
         Command("revoked", revoked, help="Ids of the revoked tasks this worker remembers."),
+        Command("conf", conf, help="The app's settings that differ from the defaults, secrets hidden."),
         Command("query_task", query_task, variadic="ids", help="State of the tasks with these ids here."),
         Command("autoscale", autoscale, kind="control", args=("max", "min"),
                 help="Change the autoscaler's MAX MIN."),

@@ -1,0 +1,35 @@
+"""``inspect conf``: the settings a worker runs with, as Celery's ``conf`` lists them, with
+secrets hidden."""
+
+from __future__ import annotations
+
+from apps import basic
+from workers import TESTS
+
+from worker_core.control.client import broadcast
+from worker_core.control.commands import shown_setting
+
+
+def test_passwords_and_secret_looking_values_are_hidden():
+    shown = shown_setting("broker_url", "redis://:pw@h:6379/0;amqp://u:p@r//")
+    assert shown == "redis://:**@h:6379/0;amqp://u:**@r//"
+    options = {"sentinel_kwargs": {"password": "x"}, "visibility_timeout": 5, "api_token": "t"}
+    assert shown_setting("broker_transport_options", options) == {
+        "sentinel_kwargs": {"password": "********"}, "visibility_timeout": 5, "api_token": "********"}
+    assert shown_setting("accept_content", ("json", "pickle")) == ["json", "pickle"]
+    assert shown_setting("result_expires", None) is None
+
+
+def test_conf_lists_what_differs_from_the_defaults_or_everything(workers, embedded_broker):
+    workers.start(broker=embedded_broker, env={"PYTHONPATH": str(TESTS), "WORKER_TASK_ACKS_LATE": "true"})
+
+    def ask(**arguments):
+        [reply] = broadcast(basic.app, "conf", arguments, timeout=5, limit=1)
+        [answer] = reply.values()
+        return answer
+
+    changed = ask()
+    assert changed["broker_url"] == embedded_broker and changed["task_acks_late"] is True
+    assert "worker_prefetch_multiplier" not in changed
+    everything = ask(with_defaults=True)
+    assert everything["worker_prefetch_multiplier"] == 4 and everything["task_acks_late"] is True
