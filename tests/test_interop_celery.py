@@ -107,6 +107,8 @@ def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
     registered = celery_client.control.inspect(timeout=3, destination=[ours_name]).registered()
     assert registered is not None, ours.log()[-3000:]
     assert "apps.basic.add" in registered[ours_name]
+    conf = celery_client.control.inspect(timeout=3, destination=[ours_name]).conf()
+    assert conf[ours_name]["broker_url"] == broker.replace(":guest@", ":**@")
     client = App(broker=broker)
     try:
         names = {name for reply in broadcast(client, "ping", timeout=3) for name in reply}
