@@ -55,11 +55,9 @@ class RateLimits:
         """Take the waiting requests with these ids out (revoked). Returns them."""
         found = []
         for bucket in self.buckets.values():
-            if any(request.id in task_ids for request in bucket.contents):
-                found += [request for request in bucket.contents if request.id in task_ids]
-                kept = [request for request in bucket.contents if request.id not in task_ids]
-                bucket.contents.clear()
-                bucket.contents.extend(kept)
+            for request in [r for r in bucket.contents if r.id in task_ids]:
+                bucket.contents.remove(request)
+                found.append(request)
         return found
 
     def forget(self) -> int:

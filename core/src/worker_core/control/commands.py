@@ -400,11 +400,10 @@ def disable_events(worker: Worker, **_celery: Any) -> dict[str, str]:
 
 def heartbeat(worker: Worker, **_celery: Any) -> None:
     """Send a worker-heartbeat event now (Celery's ``heartbeat``; no reply)."""
-    from ..events.plugin import DEFAULT_INTERVAL, send_heartbeat
+    from ..events.plugin import send_heartbeat
 
     if worker.consumer is not None:
-        interval = worker.options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL
-        send_heartbeat(worker.consumer, "worker-heartbeat", interval)
+        send_heartbeat(worker.consumer, "worker-heartbeat")
 
 
 def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:

@@ -106,31 +106,32 @@ class HeartStep(Step["Consumer"]):
         self._entry: Any = None
 
     def describe(self, options: WorkerOptions) -> str:
-        interval = options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL
-        return f"worker-heartbeat every {interval:g} s"
+        return f"worker-heartbeat every {heartbeat_interval(options):g} s"
 
     def start(self, consumer: Consumer) -> None:
         assert consumer.timer is not None
-        interval = consumer.options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL
-        send_heartbeat(consumer, "worker-online", interval)
-        self._entry = consumer.timer.call_repeatedly(interval, send_heartbeat,
-                                                     (consumer, "worker-heartbeat", interval))
+        send_heartbeat(consumer, "worker-online")
+        self._entry = consumer.timer.call_repeatedly(heartbeat_interval(consumer.options), send_heartbeat,
+                                                     (consumer, "worker-heartbeat"))
 
     def stop(self, consumer: Consumer) -> None:
         if self._entry is not None:
             self._entry.cancel()
             self._entry = None
-            interval = consumer.options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL
             if not consumer.connection_lost:
-                send_heartbeat(consumer, "worker-offline", interval)
+                send_heartbeat(consumer, "worker-offline")
 
 
-def send_heartbeat(consumer: Consumer, kind: str, interval: float) -> None:
+def heartbeat_interval(options: WorkerOptions) -> float:
+    return float(options.extra.get("heartbeat_interval") or DEFAULT_INTERVAL)
+
+
+def send_heartbeat(consumer: Consumer, kind: str) -> None:
     from .. import __version__
 
     if consumer.events is None:
         return
-    consumer.events.send(kind, freq=interval, active=len(consumer.active),
+    consumer.events.send(kind, freq=heartbeat_interval(consumer.options), active=len(consumer.active),
                          processed=sum(consumer.totals.values()),
                          loadavg=[round(load, 2) for load in os.getloadavg()], sw_ident="py-worker",
                          sw_ver=__version__, sw_sys=SYSTEM)
