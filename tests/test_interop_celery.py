@@ -94,6 +94,23 @@ def test_a_celery_clients_get_wakes_on_our_result_without_polling(workers, broke
     assert time.monotonic() - started < 2
 
 
+def test_with_result_extended_a_celery_client_reads_the_tasks_name_args_and_worker(
+        workers, broker, queue, celery_client):
+    hostname = f"extended-{uuid.uuid4().hex[:8]}@localhost"
+    workers.start("-Q", queue, "-c", "1", "-n", hostname, pool="prefork", broker=broker,
+                  backend=REDIS_TEST_URL, env={"WORKER_RESULT_EXTENDED": "true"})
+    celery_client.conf.result_extended = True
+    result = celery_client.send_task("apps.basic.add", (2, 3), kwargs={}, queue=queue)
+    assert result.get(timeout=20) == 5
+    assert (result.name, result.args, result.kwargs, result.retries, result.queue) == (
+        "apps.basic.add", [2, 3], {}, 0, queue)
+    assert result.worker == hostname
+    failed = celery_client.send_task("apps.basic.boom", ("extended",), queue=queue)
+    with pytest.raises(basic.Boom):
+        failed.get(timeout=20)
+    assert (failed.name, failed.args) == ("apps.basic.boom", ["extended"])
+
+
 def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
         workers, broker, queue, celery_client):
     from worker_core import App

@@ -203,6 +203,22 @@ def test_the_request_carries_id_retries_hostname_and_queue(start_worker):
     assert info["hostname"] == "alpha@testhost" and info["queue"] == "celery"
 
 
+def test_every_field_of_the_message_reaches_the_tasks_request(start_worker):
+    start_worker("-n", "beta@testhost")
+    result = basic.my_request.apply_async((1, "two"), {"three": 3}, countdown=0.05, time_limit=30,
+                                          soft_time_limit=20)
+    request = result.get(timeout=20)
+    assert (request["id"], request["task"], request["args"], request["kwargs"]) == (
+        result.id, "apps.basic.my_request", [1, "two"], {"three": 3})
+    assert (request["retries"], request["timelimit"], request["root_id"], request["correlation_id"]) == (
+        0, [30, 20], result.id, result.id)
+    assert isinstance(request["eta"], str) and request["expires"] is None
+    assert (request["parent_id"], request["group"], request["group_index"]) == (None, None, None)
+    assert isinstance(request["origin"], str) and request["hostname"] == "beta@testhost"
+    assert request["delivery_info"]["routing_key"] == "celery" and request["ignore_result"] is False
+    assert (request["is_eager"], request["called_directly"]) == (False, False)
+
+
 def test_get_times_out_when_no_worker_runs(embedded_broker):
     with pytest.raises(ResultTimeout):
         basic.add.delay(1, 1).get(timeout=0.3)

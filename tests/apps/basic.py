@@ -82,6 +82,12 @@ def whoami(self):
             "pid": os.getpid(), "queue": self.request.delivery_info.get("routing_key")}
 
 
+@app.task(bind=True)
+def my_request(self, *args, **kwargs):
+    """Everything ``self.request`` holds, as plain data."""
+    return self.request.as_dict()
+
+
 def lines(path):
     file = Path(path)
     return file.read_text().split() if file.exists() else []

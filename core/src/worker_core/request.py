@@ -7,7 +7,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
-from .execution import execute
+from .execution import execute, request_mapping
 from .protocol import TaskEnvelope, safe_repr, to_iso
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
@@ -84,30 +84,35 @@ class Request:
             "redelivered": bool(info.get("redelivered")),
         }
 
-    def request_fields(self) -> dict[str, Any]:
-        """The request as the task sees it (``self.request``), plain data for the executor."""
+    def message_fields(self) -> tuple[Any, ...]:
+        """The request as the task sees it (``self.request``), plain data in
+        :data:`~worker_core.app.context.MESSAGE_FIELDS` order, for the executor."""
         envelope = self.envelope
         headers = envelope.headers
         eta = headers.get("eta")
         expires = headers.get("expires")
-        return {
-            "retries": envelope.retries,
-            "eta": eta if isinstance(eta, str) or eta is None
-            else to_iso(envelope.eta) if envelope.eta else None,
-            "expires": expires if isinstance(expires, str) or expires is None
+        return (
+            envelope.retries,
+            eta if isinstance(eta, str) or eta is None else to_iso(envelope.eta) if envelope.eta else None,
+            expires if isinstance(expires, str) or expires is None
             else to_iso(envelope.expires) if envelope.expires else None,
-            "timelimit": (envelope.time_limit, envelope.soft_time_limit),
-            "root_id": envelope.root_id,
-            "parent_id": envelope.parent_id,
-            "group": envelope.group,
-            "group_index": envelope.group_index,
-            "origin": envelope.origin,
-            "hostname": self.consumer.hostname,
-            "reply_to": envelope.reply_to,
-            "correlation_id": envelope.correlation_id,
-            "delivery_info": self.delivery_info(),
-            "ignore_result": envelope.ignore_result,
-        }
+            (envelope.time_limit, envelope.soft_time_limit),
+            envelope.root_id,
+            envelope.parent_id,
+            envelope.group,
+            envelope.group_index,
+            envelope.origin,
+            self.consumer.hostname,
+            envelope.reply_to,
+            envelope.correlation_id,
+            self.delivery_info(),
+            envelope.ignore_result,
+        )
+
+    def request_fields(self) -> dict[str, Any]:
+        """The request as a result backend reads it (see :func:`~worker_core.execution.request_mapping`)."""
+        envelope = self.envelope
+        return request_mapping(self.name, self.id, envelope.args, envelope.kwargs, self.message_fields())
 
     def limits(self) -> tuple[float | None, float | None]:
         """``(soft, hard)`` seconds from the message, else the task's own, else the pool's."""
@@ -119,13 +124,12 @@ class Request:
     # -- running -----------------------------------------------------------------------------
 
     def execute_using_pool(self, pool: Any) -> None:
-        fields = self.request_fields()
-        fields["log_result"] = self.consumer.result_reprs
         soft, hard = self.limits()
         envelope = self.envelope
         pool.apply_async(
             execute,
-            (self.name, self.id, envelope.args, envelope.kwargs, fields),
+            (self.name, self.id, envelope.args, envelope.kwargs, self.message_fields(),
+             self.consumer.result_reprs),
             callback=self.on_result,
             error_callback=self.on_error,
             accept_callback=self.on_accepted,

@@ -9,7 +9,7 @@ from typing import Any
 
 import attrs
 
-__all__ = ["TaskContext", "current_context", "pop", "push", "pushed"]
+__all__ = ["MESSAGE_FIELDS", "TaskContext", "current_context", "pop", "push", "pushed"]
 
 
 @attrs.define(slots=True)
@@ -39,6 +39,13 @@ class TaskContext:
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=False)
+
+
+#: What a request carries from its message to the executor, in :class:`TaskContext`'s order
+#: (after id, task, args and kwargs): the executor gets them as a tuple, which a process pool
+#: pickles in half the time of a dict of them.
+MESSAGE_FIELDS = ("retries", "eta", "expires", "timelimit", "root_id", "parent_id", "group", "group_index",
+                  "origin", "hostname", "reply_to", "correlation_id", "delivery_info", "ignore_result")
 
 
 _EMPTY = TaskContext()
