@@ -11,7 +11,8 @@ DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_thr
 
 .PHONY: venv demo test bench lint
 
-$(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg
+# (the C extension is compiled when its distribution is installed: a changed source reinstalls)
+$(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q --upgrade pip
 	$(BIN)/pip install --disable-pip-version-check -q $(DISTRIBUTIONS)

@@ -35,8 +35,9 @@ from amqp.exceptions import RecoverableConnectionError
 from kombu import message as kombu_message
 from kombu.transport import pyamqp as _pyamqp
 
-from .decoding import BASIC_DELIVER, content_of, deliver_arguments, frame_handler
-from .reading import BufferedTCPTransport
+from .decoding import BASIC_DELIVER, FrameHandler, content_of, deliver_arguments
+from .delivery import Delivery
+from .reading import BufferedTCPTransport, dispatch_frames
 
 __all__ = ["ACK_HOLD", "Channel", "Connection", "DeliveredMessage"]
 
@@ -56,7 +57,7 @@ LOST = ("Could not acknowledge %d message(s): %s; RabbitMQ delivers them again (
 
 
 class DeliveredMessage(pyamqp.Message):  # type: ignore[misc]
-    """kombu's message for a delivery, made from its decoded parts (see :meth:`Channel.on_delivery`)."""
+    """kombu's message for a delivery, made from its decoded parts (see :meth:`Channel.deliver`)."""
 
     def __init__(self, channel: Any, body: Any, properties: dict[str, Any],
                  delivery_info: dict[str, Any]) -> None:
@@ -77,15 +78,23 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self._window = 1  # the prefetch window: unacknowledged messages the broker sends at most
 
     def on_delivery(self, payload: bytes, properties: dict[str, Any], body: Any) -> Any:
-        """A ``basic.deliver`` and its message, decoded: kombu's message is built from them
-        and handed to the consumer's callback (py-amqp's generic dispatch builds its own message
-        first, then kombu copies it into one of its own). Anything unusual takes py-amqp's path."""
-        if self.is_closing or BASIC_DELIVER in self._pending:
-            return dispatch_as_py_amqp(self, payload, properties, body)
+        """A ``basic.deliver`` and its message, from the frame handler: :meth:`deliver` with
+        the method's arguments read from its payload."""
         try:
             consumer_tag, delivery_tag, redelivered, exchange, routing_key = deliver_arguments(payload)
         except (IndexError, struct.error):
             return dispatch_as_py_amqp(self, payload, properties, body)  # raises py-amqp's error
+        return self.deliver(payload, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
+                            properties, body)
+
+    def deliver(self, payload: bytes, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
+                routing_key: str, properties: dict[str, Any], body: Any) -> Any:
+        """A ``basic.deliver`` (its method payload and its arguments) and its message, decoded:
+        kombu's message is built from them and handed to the consumer's callback (py-amqp's
+        generic dispatch builds its own message first, then kombu copies it into one of its
+        own). Anything unusual takes py-amqp's path."""
+        if self.is_closing or BASIC_DELIVER in self._pending:
+            return dispatch_as_py_amqp(self, payload, properties, body)
         callback = self.callbacks.get(consumer_tag)
         if callback is None:  # py-amqp warns and gives it back
             return dispatch_as_py_amqp(self, payload, properties, body)
@@ -101,9 +110,10 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         delivery_info = {"consumer_tag": consumer_tag, "delivery_tag": delivery_tag,
                          "redelivered": redelivered, "exchange": exchange, "routing_key": routing_key}
         callback(DeliveredMessage(self, body, properties, delivery_info))
+        return None
 
     def message_to_python(self, raw_message: Any) -> Any:
-        """kombu's message: the one :meth:`on_delivery` built, or one made from py-amqp's."""
+        """kombu's message: the one :meth:`deliver` built, or one made from py-amqp's."""
         if isinstance(raw_message, DeliveredMessage):
             return raw_message
         return super().message_to_python(raw_message)
@@ -238,7 +248,7 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
     on_ack_held: Callable[[], None] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("frame_handler", frame_handler)  # faster content headers (:mod:`.decoding`)
+        kwargs.setdefault("frame_handler", FrameHandler)  # faster content headers (:mod:`.decoding`)
         super().__init__(*args, **kwargs)
 
     def Transport(self, host: str, connect_timeout: float | None, ssl: Any = False,
@@ -252,12 +262,25 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
                                     write_timeout=write_timeout, socket_settings=socket_settings, **kwargs)
 
     def on_delivery(self, channel_id: int, payload: bytes, properties: dict[str, Any], body: Any) -> None:
-        """A whole delivered message from the frame handler (:func:`.decoding.frame_handler`)."""
+        """A whole delivered message from the frame handler (:class:`.decoding.FrameHandler`)."""
         if self.channels is None:
             raise RecoverableConnectionError("Connection already closed")
         channel = self.channels[channel_id]
         if isinstance(channel, Channel):
             channel.on_delivery(payload, properties, body)
+        else:
+            dispatch_as_py_amqp(channel, payload, properties, body)
+
+    def on_decoded_delivery(self, delivery: Delivery) -> None:
+        """A delivered message taken whole from the read buffer (:func:`.delivery.next_delivery`)."""
+        (_, channel_id, payload, consumer_tag, delivery_tag, redelivered, exchange, routing_key, properties,
+         body, _) = delivery
+        if self.channels is None:
+            raise RecoverableConnectionError("Connection already closed")
+        channel = self.channels[channel_id]
+        if isinstance(channel, Channel):
+            channel.deliver(payload, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
+                            properties, body)
         else:
             dispatch_as_py_amqp(channel, payload, properties, body)
 
@@ -267,8 +290,7 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
         transport = self.transport
         if transport is None or not transport._read_buffer:
             return
-        while (frame := transport.next_frame()) is not None:
-            self.on_inbound_frame(frame)
+        dispatch_frames(self, sys.maxsize)
 
     def flush_acks(self) -> None:
         for channel in _open_channels(self):

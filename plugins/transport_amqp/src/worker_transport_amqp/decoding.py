@@ -8,7 +8,7 @@ tables, arrays) are read inline (8 us) and every other type goes to py-amqp's ow
 values are exactly py-amqp's. Text that is not UTF-8, or a header that fails to decode here, is
 decoded again by py-amqp from the start: its bytes, and its errors for malformed frames, are kept.
 
-:func:`frame_handler` is py-amqp's frame dispatcher (``Connection(frame_handler=...)``) using
+:class:`FrameHandler` is py-amqp's frame dispatcher (``Connection(frame_handler=...)``) using
 this decoder for the content header of ``basic`` class messages, and handing a delivered message
 to the connection whole, without py-amqp's message object in between (see :mod:`.channel`).
 """
@@ -24,8 +24,8 @@ from amqp.exceptions import UnexpectedFrame
 from amqp.serialization import PROPERTY_CLASSES, _read_item, decode_properties_basic
 from amqp.spec import Basic
 
-__all__ = ["BASIC_DELIVER", "Content", "content_of", "decode_basic_properties", "decode_properties",
-           "deliver_arguments", "frame_handler"]
+__all__ = ["BASIC_DELIVER", "Content", "FrameHandler", "content_of", "decode_basic_properties",
+           "decode_properties", "deliver_arguments"]
 
 _UINT = struct.Struct(">I").unpack_from
 _INT = struct.Struct(">i").unpack_from
@@ -138,7 +138,7 @@ def decode_basic_properties(buf: bytes, offset: int) -> tuple[dict[str, Any], in
 
 
 class Content(Message):  # type: ignore[misc]
-    """py-amqp's message, for the methods py-amqp's own code handles (see :func:`frame_handler`)."""
+    """py-amqp's message, for the methods py-amqp's own code handles (see :class:`FrameHandler`)."""
 
 
 def content_of(method: tuple[int, int], args: bytes, properties: dict[str, Any], body: Any) -> Content:
@@ -190,8 +190,9 @@ class _Arriving:
         self.chunks: list[bytes] = []
 
 
-def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tuple[int, int, bytes]], bool]:
-    """py-amqp's frame dispatcher, gathering content-carrying methods with their header and body.
+class FrameHandler:
+    """py-amqp's frame dispatcher (``Connection(frame_handler=FrameHandler)``), gathering
+    content-carrying methods with their header and body.
 
     A method frame is handed to ``callback`` at once unless a content header and body follow;
     those are gathered per channel and handed over whole: a ``basic.deliver`` to
@@ -199,27 +200,41 @@ def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tu
     (the message is built once, by whoever consumes it), anything else to ``callback`` with
     py-amqp's message (:func:`content_of`). Heartbeats only count as traffic.
     """
-    expected: dict[int, int] = {}
-    arriving: dict[int, _Arriving] = {}
-    deliver = getattr(connection, "on_delivery", None)
 
-    def on_frame(frame: tuple[int, int, bytes]) -> bool:
+    __slots__ = ("_arriving", "_callback", "_connection", "_deliver", "_expected")
+
+    def __init__(self, connection: Any, callback: Callable[..., Any]) -> None:
+        self._connection = connection
+        self._callback = callback
+        self._deliver = getattr(connection, "on_delivery", None)
+        self._expected: dict[int, int] = {}
+        self._arriving: dict[int, _Arriving] = {}
+
+    @property
+    def receiving(self) -> bool:
+        """True while a channel has a method whose content header or body frames are still to
+        come (the next frame on that channel must be one of them)."""
+        return bool(self._arriving)
+
+    def __call__(self, frame: tuple[int, int, bytes]) -> bool:
+        """Handle one frame; True if it completed a method (with its content, if any)."""
         kind, channel, buf = frame
-        connection.bytes_recv += 1
+        self._connection.bytes_recv += 1
         if kind == 8:
             return False
+        expected = self._expected
         want = expected.get(channel, 1)
         if kind != want:
             raise UnexpectedFrame(f"Received frame {kind} while expecting type: {want}")
         if kind == 1:
             method = _METHOD(buf, 0)
             if method in CONTENT_METHODS:
-                arriving[channel] = _Arriving(method, buf)
+                self._arriving[channel] = _Arriving(method, buf)
                 expected[channel] = 2
                 return False
-            callback(channel, method, buf, None)
+            self._callback(channel, method, buf, None)
             return True
-        content = arriving[channel]
+        content = self._arriving[channel]
         body: Any
         if kind == 2:
             class_id, size = _CONTENT_HEADER(buf, 0)
@@ -236,12 +251,10 @@ def frame_handler(connection: Any, callback: Callable[..., Any]) -> Callable[[tu
                 return False
             body = b"".join((*content.chunks, buf)) if content.chunks else buf
         expected[channel] = 1
-        del arriving[channel]
-        if deliver is not None and content.method == BASIC_DELIVER:
-            deliver(channel, content.args, content.properties, body)
+        del self._arriving[channel]
+        if self._deliver is not None and content.method == BASIC_DELIVER:
+            self._deliver(channel, content.args, content.properties, body)
         else:
-            callback(channel, content.method, content.args,
-                     content_of(content.method, content.args, content.properties, body))
+            self._callback(channel, content.method, content.args,
+                           content_of(content.method, content.args, content.properties, body))
         return True
-
-    return on_frame
