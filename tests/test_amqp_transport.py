@@ -286,6 +286,75 @@ def test_a_short_read_is_not_followed_by_a_read_that_finds_the_socket_empty() ->
     assert sock.calls == 0
 
 
+@pytest.mark.parametrize("version", ["c", "python"])
+def test_a_whole_delivery_is_taken_in_one_call_and_anything_else_frame_by_frame(
+        version: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from amqp.serialization import dumps
+    from amqp.spec import Basic
+    from test_amqp_decoding import c_version, deliver_frames, encoded, wire
+
+    from worker_transport_amqp import reading
+    from worker_transport_amqp.decoding import FrameHandler
+    from worker_transport_amqp.delivery import next_delivery_python
+
+    monkeypatch.setattr(reading, "next_delivery", c_version() if version == "c" else next_delivery_python)
+
+    class Socket:
+        def __init__(self, reads: list[bytes]) -> None:
+            self.reads = reads
+
+        def recv(self, size: int, flags: int = 0) -> bytes:
+            if not self.reads:
+                raise BlockingIOError
+            return self.reads.pop(0)
+
+    class Connection:
+        """The connection's side of a delivery: what it was handed, and how."""
+
+        def __init__(self, transport: reading.BufferedTCPTransport) -> None:
+            self.transport = transport
+            self.bytes_recv = 0
+            self.handed: list[tuple[Any, ...]] = []
+            self.on_inbound_frame = FrameHandler(self, lambda *args: self.handed.append(("method", args[1])))
+
+        def on_delivery(self, channel: int, payload: bytes, properties: dict[str, Any], body: Any) -> None:
+            self.handed.append(("frames", channel, properties, body))
+
+        def on_decoded_delivery(self, delivery: tuple[Any, ...]) -> None:
+            # (what is left in the buffer: the frames after this message, already)
+            self.handed.append(("whole", delivery[1], delivery[8], delivery[9], self.transport._read_buffer))
+
+    props = {"content_type": "application/json", "application_headers": {"task": "proj.add"}}
+    first, second, third = (wire(deliver_frames(encoded(props), body, channel=channel, chunk=4))
+                            for body, channel in ((b"[1, 2]", 1), (b"", 2), (b"[3]", 1)))
+    method, header = deliver_frames(encoded(props), b"")
+    split = len(wire([method])) + 5  # the second's method and part of its header
+    extra = wire([method, (2, 1, header[2] + b"\x00")])  # a header a byte too long: frame by frame
+    heartbeat = wire([(8, 0, b"")])
+    recover_ok = wire([(1, 1, struct.pack(">HH", *Basic.RecoverOk) + bytes(dumps("", [])))])
+    transport = reading.BufferedTCPTransport("127.0.0.1:5672")  # not connected: only buffer and socket used
+    transport.sock = Socket([first + second[:split], second[split:] + third + heartbeat + extra + recover_ok])
+    connection = Connection(transport)
+    assert reading.dispatch_arrived(connection, 100) is False
+    # the first whole; of the second only its method frame (taken) and part of its header arrived
+    assert connection.handed == [("whole", 1, props, b"[1, 2]", second[:split])]
+    assert connection.bytes_recv == 4 + 1 and connection.on_inbound_frame.receiving
+    assert reading.dispatch_arrived(connection, 100) is False
+    assert connection.handed[1:] == [
+        ("frames", 2, props, ""),  # its header came after its method: frame by frame
+        ("whole", 1, props, b"[3]", heartbeat + extra + recover_ok),
+        ("frames", 1, props, ""),  # left to the frame handler, which ignores the extra byte as py-amqp does
+        ("method", Basic.RecoverOk),
+    ]
+    assert connection.bytes_recv == 5 + 1 + 3 + 1 + 2 + 1  # every frame, whole deliveries included
+    # the limit counts a delivery as its frames, and the socket is not read while frames are left
+    transport.sock = Socket([])
+    transport._read_buffer = first + third
+    assert reading.dispatch_arrived(connection, 3) is True and connection.handed[-1][3] == b"[1, 2]"
+    assert reading.dispatch_arrived(connection, 3) is True and connection.handed[-1][3] == b"[3]"
+    assert reading.dispatch_arrived(connection, 3) is False
+
+
 def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_name: str) -> None:
     """A blocking read (py-amqp waiting for a reply) takes everything that has arrived; the
     frames after the one it needed are in no socket any more, so the hub must find them in the
@@ -420,6 +489,31 @@ def test_celery_publishes_to_and_consumes_from_a_queue_we_declared(
         message = celery_queue(connection.default_channel).get(no_ack=True)
     app.close()
     assert message is not None and message.headers["task"] == "apps.basic.add"
+
+
+def test_deliveries_on_a_kombu_hub_are_taken_whole_from_the_read_buffer(
+        queue_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker_transport_amqp.channel import Connection
+
+    taken: list[int] = []
+    handle = Connection.on_decoded_delivery
+
+    def on_decoded_delivery(self: Connection, delivery: Any) -> None:
+        taken.append(delivery[4])
+        handle(self, delivery)
+
+    monkeypatch.setattr(Connection, "on_decoded_delivery", on_decoded_delivery)
+    queue, got = task_queue(queue_name, Settings()), []
+    with connect() as connection:
+        publish(connection, queue, [{"n": n} for n in range(20)])
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=False,
+                                  on_message=lambda m: (got.append((m.payload["n"], m.delivery_tag)),
+                                                        m.ack()))
+        consumer.qos(prefetch_count=10, apply_global=True)
+        consumer.consume()
+        run_hub(connection, lambda: len(got) == 20)
+    assert [n for n, _ in got] == list(range(20))
+    assert taken and set(taken) <= {tag for _, tag in got}  # (one split across reads goes frame by frame)
 
 
 def test_the_transport_module_loads_kombus_py_amqp_transport_only_when_connecting() -> None:
