@@ -257,6 +257,40 @@ def test_fair_scheduling_runs_short_jobs_while_a_long_one_runs(driver: str, rele
         runner.stop()
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_fair_scheduling_hands_jobs_queued_behind_a_long_one_to_the_child_that_is_free(
+        driver: str, release: str) -> None:
+    """With every child busy, jobs are written behind running ones; once the job they wait for
+    has run for QUEUE_GRACE and another child is free, that child takes them over."""
+    with run_pool(PoolOptions(concurrency=2, scheduling="fair"), driver) as runner:
+        long = runner.submit(jobs.wait_for_path, (release,))
+        medium = runner.submit(jobs.sleep, (0.3,))
+        short = [runner.submit(jobs.add, (index, 1)) for index in range(6)]
+        for probe in short:
+            probe.wait(5.0)
+        assert not long.done.is_set()
+        assert {probe.pid for probe in short} == {medium.wait().pid} != {long.pid}
+        assert runner.call(runner.pool.info)["taken-over"] >= 1
+        Path(release).touch()
+        assert long.wait().result == "released"
+        runner.stop()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_every_job_runs_exactly_once_while_free_children_take_over_queued_ones(
+        driver: str, tmp_path: Path) -> None:
+    record = str(tmp_path / "runs")
+    durations = [0.0, 0.0, 0.001, 0.004, 0.008, 0.02]
+    with run_pool(PoolOptions(concurrency=3, scheduling="fair"), driver) as runner:
+        probes = [runner.submit(jobs.append_line, (record, str(n), durations[n * 7 % len(durations)]))
+                  for n in range(300)]
+        assert sorted(int(probe.wait(30.0).result) for probe in probes) == list(range(300))
+        assert runner.call(runner.pool.info)["taken-over"] > 0
+        runner.stop()
+    runs = Path(record).read_text().split()
+    assert sorted(map(int, runs)) == list(range(300))  # each ran once: none twice, none lost
+
+
 def test_fcfs_scheduling_queues_jobs_behind_a_busy_child(release: str) -> None:
     """fcfs writes jobs round-robin to every child, busy or not: the ones written to the child
     running the long job wait for it, unlike under fair scheduling."""

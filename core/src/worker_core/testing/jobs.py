@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "add",
     "allocate",
+    "append_line",
     "busy_sleep",
     "catch_soft_limit",
     "echo",
@@ -46,6 +47,15 @@ def echo(value: Any) -> Any:
 
 def fail(message: str) -> None:
     raise ValueError(message)
+
+
+def append_line(path: str, line: str, seconds: float = 0.0) -> str:
+    """Sleep ``seconds``, then append ``line`` to ``path`` (one write: a record of each run)."""
+    if seconds:
+        time.sleep(seconds)
+    with open(path, "a") as file:
+        file.write(line + "\n")
+    return line
 
 
 def sleep(seconds: float) -> float:

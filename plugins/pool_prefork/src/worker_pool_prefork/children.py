@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from worker_core.exceptions import PoolError
 
 from .child_setup import SoftLimitSlot
+from .claims import Claims
 from .frames import FrameReader
 from .worker_loop import ChildConfig, child_main
 
@@ -26,6 +27,7 @@ class Child:
     """One ``ForkPoolWorker-N``: its pipes, the jobs written to it (oldest first), its state."""
 
     __slots__ = (
+        "claims",
         "controlled",
         "doomed",
         "eof",
@@ -55,7 +57,8 @@ class Child:
         "writes",
     )
 
-    def __init__(self, name: str, process: Any, job_fd: int, result_fd: int, slot: SoftLimitSlot) -> None:
+    def __init__(self, name: str, process: Any, job_fd: int, result_fd: int, slot: SoftLimitSlot,
+                 claims: Claims) -> None:
         self.name = name
         self.process = process
         self.pid: int = process.pid
@@ -63,6 +66,7 @@ class Child:
         self.result_fd = result_fd  # parent's read end, non-blocking
         self.reader = FrameReader()
         self.slot = slot
+        self.claims = claims
         #: Jobs written (or being written) to this child and not finished; jobs[0] runs first.
         self.jobs: deque[Job] = deque()
         #: Bytes of frames the pipe did not take yet.
@@ -109,6 +113,7 @@ def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializ
     job_r, job_w = os.pipe()
     result_r, result_w = os.pipe()
     slot = SoftLimitSlot()
+    claims = Claims()
     name = f"ForkPoolWorker-{number}"
     try:
         # The parent never blocks on a child: both of its ends are non-blocking. The child's ends
@@ -116,7 +121,7 @@ def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializ
         os.set_blocking(job_w, False)
         os.set_blocking(result_r, False)
         config = ChildConfig(name, os.getpid(), job_r, result_w, [*inherited, job_w, result_r], slot,
-                             initializer, max_tasks, max_memory_kib)
+                             claims, initializer, max_tasks, max_memory_kib)
         process = context.Process(target=child_main, args=(config,), name=name)
         process.daemon = True
         process.start()
@@ -124,10 +129,11 @@ def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializ
         for fd in (job_r, job_w, result_r, result_w):
             os.close(fd)
         slot.close()
+        claims.close()
         if isinstance(exc, OSError):
             raise PoolError(f"prefork pool: cannot fork {name}: {exc}; check the process and memory "
                             "limits (ulimit -u, available memory)") from exc
         raise
     os.close(job_r)
     os.close(result_w)
-    return Child(name, process, job_w, result_r, slot)
+    return Child(name, process, job_w, result_r, slot, claims)

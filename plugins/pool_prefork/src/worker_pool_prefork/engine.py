@@ -1,6 +1,14 @@
 """The parent's side of the job flow: queueing, fair/fcfs dispatch, non-blocking writes, reading
 and parsing results, and reporting outcomes.
 
+Both schedulings write a job to a busy child when no child is idle, so a child finishing one
+job finds the next in its pipe, and results come back in runs instead of one loop turn each. A
+job waiting in a child's pipe can be taken back until the child claims it (:mod:`.claims`):
+under fair scheduling an idle child takes over a job that has waited :data:`QUEUE_GRACE` behind a
+running one, so a short task never waits long behind a long one while a child is free; and
+:meth:`Engine.withdraw_queued` gives back every job not started (warm shutdown, lost broker
+connection). fcfs leaves written jobs where they are and writes to idle and busy children alike.
+
 All state is guarded by one lock (under the hub it is never contended). Handlers collect the
 callbacks they owe into an ``events`` list and run them after releasing the lock, so a callback
 may call back into the pool (``apply_async`` from a result callback) from any thread.
@@ -14,6 +22,7 @@ import pickle
 import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from time import monotonic
 from typing import Any
 
 from worker_core.exceptions import PoolError
@@ -21,13 +30,14 @@ from worker_core.slots import PoolOptions
 
 from . import frames
 from .children import Child
-from .drivers import Driver
+from .claims import LOCK_WAIT
+from .drivers import Driver, TimerHandle
 from .jobs import Job, never_started
 from .limits import TimeLimits
 from .outcomes import Events, deliver_error, deliver_result, fail, run_events
 from .supervisor import Supervisor
 
-__all__ = ["SCHEDULING", "Engine"]
+__all__ = ["QUEUE_GRACE", "SCHEDULING", "Engine"]
 
 logger = logging.getLogger("worker.pool")
 
@@ -43,6 +53,11 @@ _ACK_UNPACK = frames.ACK_TIME.unpack
 _STOP_FRAME = frames.encode(frames.STOP)
 
 SCHEDULING = {"fair": "fair", "default": "fair", "fcfs": "fcfs", "fast": "fcfs"}
+
+#: Fair scheduling: how long (seconds) a job may wait in a child's pipe behind a running job while
+#: another child is idle, before the idle child takes it over. Shorter waits are left alone: the
+#: running job is about to end, and moving the job would cost more than waiting.
+QUEUE_GRACE = 0.005
 
 
 class Engine:
@@ -68,6 +83,10 @@ class Engine:
         self.terminating = False
         self.finished = threading.Event()
         self.next_id = 0
+        #: fair: runs the take-over check when the oldest waiting job reaches QUEUE_GRACE
+        self.takeover_timer: TimerHandle | None = None
+        #: jobs an idle child took over from one whose running job held them up
+        self.taken_over = 0
         self.total_writes = 0
         self._rr = 0
         self.limits = TimeLimits(self)
@@ -97,9 +116,7 @@ class Engine:
         with self.lock:
             if self.closed:
                 raise PoolError("the prefork pool is stopped and takes no more jobs")
-            self.next_id = job_id = self.next_id + 1
-            job = Job(job_id, _HEADER_PACK(len(payload), _JOB, job_id) + payload, callback, error_callback,
-                      accept_callback, timeout_callback, soft, hard)
+            job = Job(payload, callback, error_callback, accept_callback, timeout_callback, soft, hard)
             child = None if self.outbound else self.pick()
             if child is None:
                 self.outbound.append(job)
@@ -109,25 +126,39 @@ class Engine:
     def pick(self) -> Child | None:
         """The child the next job goes to, or None if it must wait (lock held)."""
         max_tasks = self.max_tasks
-        if self.fair:
-            idle = self.idle
-            while idle:
-                child = idle.popleft()
-                child.idle_listed = False
-                if not child.jobs and child.takes_jobs(max_tasks):
-                    return child
-            return None
-        # fcfs: round-robin over every child that accepts work, busy or not; a child whose pipe
-        # is full (a partial write pending) is skipped until it drains.
+        fair = self.fair
+        if fair:
+            child = self._idle_child()
+            if child is not None:
+                return child
+        # Round-robin over every child that accepts work (under fair scheduling all are busy by
+        # now, and one whose job has run for QUEUE_GRACE is passed over); a child whose pipe is
+        # full (a partial write pending) is skipped until it drains.
         children = self.children
         count = len(children)
+        now = monotonic() if fair else 0.0
         for step in range(count):
             index = (self._rr + step) % count
             child = children[index]
-            if not child.outbuf and child.takes_jobs(max_tasks):
+            if not child.outbuf and child.takes_jobs(max_tasks) and not (fair and self._stuck(child, now)):
                 self._rr = index + 1
                 return child
         return None
+
+    def _idle_child(self) -> Child | None:
+        idle = self.idle
+        while idle:
+            child = idle.popleft()
+            child.idle_listed = False
+            if not child.jobs and child.takes_jobs(self.max_tasks):
+                return child
+        return None
+
+    @staticmethod
+    def _stuck(child: Child, now: float) -> bool:
+        """Whether the child's running job has run for QUEUE_GRACE (from the child's own clock)."""
+        started = child.claims.running_since()
+        return started > 0.0 and now - started >= QUEUE_GRACE
 
     def mark_idle(self, child: Child) -> None:
         if self.fair and not child.idle_listed and not child.jobs and child.takes_jobs(self.max_tasks):
@@ -136,6 +167,8 @@ class Engine:
 
     def dispatch(self, events: Events) -> None:
         """Hand queued jobs to children that can take them; on warm stop, send STOP once idle."""
+        if self.idle and self.fair and self.takeover_timer is None:
+            self.take_over()  # jobs waiting in pipes are older than those waiting here
         outbound = self.outbound
         while outbound:
             child = self.pick()
@@ -147,6 +180,82 @@ class Engine:
                 if child.live:
                     child.stop_sent = True
                     self.write(child, _STOP_FRAME)
+
+    # -- taking jobs back ---------------------------------------------------------------------------
+
+    def take_back(self, child: Child, newest: int, wait: float) -> list[Job] | None:
+        """Take back the jobs written to ``child`` up to job ``newest`` that it has not claimed,
+        oldest first; None if its claims lock stayed taken (lock held)."""
+        claimed = child.claims.withdraw(newest, wait)
+        if claimed is None:
+            return None
+        taken = [job for job in child.jobs if claimed < job.id <= newest]
+        for job in taken:
+            child.jobs.remove(job)
+            job.child = None
+        child.sent -= len(taken)
+        if not child.jobs:
+            self.mark_idle(child)
+        return taken
+
+    def take_over(self) -> None:
+        """Fair: idle children take over the oldest jobs waiting behind a job that has run for
+        QUEUE_GRACE; if some wait for less, check again when the first of them reaches it
+        (lock held)."""
+        now = monotonic()
+        soonest: float | None = None
+        for busy in self.children:
+            jobs = busy.jobs
+            if len(jobs) < 2 or busy.eof or busy.doomed:
+                continue
+            started = busy.claims.running_since()
+            if started <= 0.0:
+                continue  # between jobs: it claims the next one now
+            due = started + QUEUE_GRACE
+            if due > now:
+                soonest = due if soonest is None else min(soonest, due)
+                continue
+            index = 1  # the jobs after the first were written behind it; ids grow in the deque
+            while index < len(jobs) and self.idle:
+                taken = self.take_back(busy, jobs[index].id, 0.0)
+                if taken is None:  # it is claiming a job right now: look again soon
+                    soonest = now
+                    break
+                if not taken:  # claimed: it runs there, or already ran
+                    index += 1
+                    continue
+                idle = self._idle_child()
+                if idle is None:
+                    self.outbound.extendleft(reversed(taken))
+                    break
+                self.write_job(idle, taken.pop(0))
+                self.taken_over += 1
+                self.outbound.extendleft(reversed(taken))
+        if soonest is not None and self.idle and self.driver is not None:
+            self.takeover_timer = self.driver.call_later(max(soonest - now, 0.0005), self._takeover_due)
+
+    def _takeover_due(self) -> None:
+        events: Events = []
+        with self.lock:
+            self.takeover_timer = None
+            self.dispatch(events)
+        run_events(events)
+
+    def withdraw_queued(self) -> list[Job]:
+        """Take back every job no child has started, and those waiting for one (lock held)."""
+        jobs = list(self.outbound)
+        self.outbound.clear()
+        for child in self.children:
+            if child.jobs and not child.eof:
+                taken = self.take_back(child, child.jobs[-1].id, LOCK_WAIT)
+                if taken is None:
+                    logger.warning("prefork pool: could not take back the jobs queued in %s pid:%s (it "
+                                   "holds its claims lock); they run there", child.name, child.pid)
+                else:
+                    jobs.extend(taken)
+        for job in jobs:
+            job.done = True
+        return jobs
 
     def requeue(self, jobs: list[Job], events: Events) -> None:
         """Put back jobs a child never started (it exited or was killed first), at the front."""
@@ -164,12 +273,15 @@ class Engine:
     # -- writing ------------------------------------------------------------------------------
 
     def write_job(self, child: Child, job: Job) -> None:
+        # a new id at every write: ids written to one child only grow (see claims)
+        self.next_id = job.id = self.next_id + 1
         job.child = child
         child.jobs.append(job)
         child.sent += 1
         child.writes += 1
         self.total_writes += 1
-        self.write(child, job.frame)
+        payload = job.payload
+        self.write(child, _HEADER_PACK(len(payload), _JOB, job.id) + payload)
 
     def write(self, child: Child, data: bytes) -> None:
         if child.outbuf:
@@ -224,7 +336,7 @@ class Engine:
         events: Events = []
         with self.lock:
             self.read(child, events)
-            if self.outbound or self.stopping:
+            if self.outbound or self.stopping or (self.idle and self.fair and self.takeover_timer is None):
                 self.dispatch(events)
         if events:
             run_events(events)
@@ -320,6 +432,9 @@ class Engine:
                     driver.remove_writer(child.job_fd)
             for job in child.jobs:
                 job.cancel_timers()
+        if self.takeover_timer is not None:
+            self.takeover_timer.cancel()
+            self.takeover_timer = None
         self.supervisor.detach()
         self.driver = None
 

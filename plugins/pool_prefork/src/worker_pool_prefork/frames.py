@@ -32,7 +32,7 @@ HEADER = struct.Struct(">IBQ")
 ACK_TIME = struct.Struct(">d")
 
 # parent -> child
-JOB = 1  #: payload: pickled ``(target, args, kwargs-or-None)``
+JOB = 1  #: payload: pickled ``(target, args, kwargs-or-None)``; run unless taken back (see claims)
 STOP = 2  #: finish what was sent before, then exit cleanly
 
 # child -> parent

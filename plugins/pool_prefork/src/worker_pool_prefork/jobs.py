@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from worker_core.exceptions import WorkerLostError
+from worker_core.exceptions import JobWithdrawn, WorkerLostError
 
 if TYPE_CHECKING:
     from .children import Child
     from .drivers import TimerHandle
 
-__all__ = ["Job", "lost_in_child", "never_started"]
+__all__ = ["Job", "lost_in_child", "never_started", "withdrawn_unstarted"]
 
 
 class Job:
@@ -24,23 +24,25 @@ class Job:
         "child",
         "done",
         "error_callback",
-        "frame",
         "hard",
         "hard_timer",
         "id",
+        "payload",
         "soft",
         "soft_sent",
         "soft_timer",
         "timeout_callback",
     )
 
-    def __init__(self, job_id: int, frame: bytes, callback: Callable[[Any], None] | None,
+    def __init__(self, payload: bytes, callback: Callable[[Any], None] | None,
                  error_callback: Callable[[BaseException], None] | None,
                  accept_callback: Callable[[int, float], None] | None,
                  timeout_callback: Callable[[bool, float], None] | None,
                  soft: float | None, hard: float | None) -> None:
-        self.id = job_id
-        self.frame = frame
+        #: Given anew each time the job is written to a child (see :mod:`.claims`); 0 until then.
+        self.id = 0
+        #: The pickled ``(target, args, kwargs)``.
+        self.payload = payload
         self.callback = callback
         self.error_callback = error_callback
         self.accept_callback = accept_callback
@@ -74,3 +76,7 @@ def lost_in_child(job: Job, status: str) -> WorkerLostError:
 
 def never_started(job: Job, why: str) -> WorkerLostError:
     return WorkerLostError(f"Job {job.id} never started: {why}.")
+
+
+def withdrawn_unstarted(job: Job) -> JobWithdrawn:
+    return JobWithdrawn(f"Job {job.id} was given back before a child process started it.")

@@ -33,7 +33,8 @@ from worker_core.slots import AcceptCallback, PoolOptions
 from .drivers import HubDriver, SelectorDriver
 from .engine import SCHEDULING, Engine
 from .frames import STOP, encode
-from .outcomes import Events, run_events
+from .jobs import withdrawn_unstarted
+from .outcomes import Events, fail, run_events
 from .stats import pool_info
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ class PreforkPool:
     """
 
     is_process_pool: ClassVar[bool] = True
+    #: The worker hands the pool every task it receives: jobs wait in the children's pipes,
+    #: where an idle child takes over one that waits behind a running job (fair scheduling),
+    #: and :meth:`withdraw_queued` gives back those not started.
+    shared_queue: ClassVar[bool] = True
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
@@ -286,6 +291,14 @@ class PreforkPool:
         engine.submit(target, args, kwargs, callback, error_callback, accept_callback, timeout_callback,
                       engine.soft_default if soft_timeout is None else soft_timeout or None,
                       engine.hard_default if timeout is None else timeout or None)
+
+    def withdraw_queued(self) -> int:
+        """Give back every job no child has started (``JobWithdrawn``); returns how many."""
+        engine = self._engine
+        with engine.lock:
+            withdrawn = engine.withdraw_queued()
+        run_events([(fail, (job, withdrawn_unstarted(job))) for job in withdrawn])
+        return len(withdrawn)
 
     def terminate_job(self, pid: int, signal: int | None = None) -> None:
         """Send ``signal`` (SIGTERM by default) to the child running ``pid``.

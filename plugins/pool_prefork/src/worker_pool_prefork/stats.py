@@ -42,5 +42,6 @@ def pool_info(pool: object, engine: Engine, *, driver: str) -> Mapping[str, Any]
         "running": running,
         "queued": len(engine.outbound) + written - running,
         "forks": engine.supervisor.forks,
+        "taken-over": engine.taken_over,
         "driver": driver,
     }

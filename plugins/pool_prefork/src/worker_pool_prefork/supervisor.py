@@ -23,6 +23,7 @@ from worker_core.exceptions import PoolError
 
 from .backoff import RestartBackoff
 from .children import Child, fork_child
+from .claims import LOCK_WAIT
 from .drivers import Driver, TimerHandle
 from .jobs import lost_in_child
 from .outcomes import Events, fail, run_events
@@ -227,6 +228,7 @@ class Supervisor:
             except OSError:
                 pass
         child.slot.close()
+        child.claims.close()
         try:
             child.process.close()
         except ValueError:
@@ -273,11 +275,12 @@ class Supervisor:
             return
         child.doomed = True
         child.controlled = child.controlled or controlled
-        waiting = [job for job in child.jobs if job.accepted is None]
-        if waiting:
-            for job in waiting:
-                child.jobs.remove(job)
-            self.engine.requeue(waiting, events)
+        if child.jobs:
+            # Jobs it has not claimed go to other children now; one it claimed but did not report
+            # started is settled once it is gone (it never ran if no ACK came before the EOF).
+            taken = self.engine.take_back(child, child.jobs[-1].id, LOCK_WAIT)
+            if taken:
+                self.engine.requeue(taken, events)
         self._drop_output(child)
         try:
             os.kill(child.pid, signal.SIGTERM)

@@ -1,7 +1,9 @@
 """What a pool child runs: read job frames, run each, write back ACK and RESULT/ERROR frames.
 
-The child's pipes are blocking (only the parent must never block): it sleeps in ``read()``
-until the parent sends a job, and a full result pipe simply holds it until the parent reads.
+Each job is claimed before it starts (:mod:`.claims`): one the parent took back meanwhile, to
+give it to an idle child, is skipped. The child's pipes are blocking (only the parent must never
+block): it sleeps in ``read()`` until the parent sends a job, and a full result pipe simply holds
+it until the parent reads.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from worker_core.exceptions import PoolError
 
 from . import frames
 from .child_setup import SoftLimitSlot, prepare_child
+from .claims import Claims
 from .memory import ResidentMemory
 
 __all__ = ["EX_INIT_FAILED", "EX_PARENT_GONE", "ChildConfig", "child_main"]
@@ -39,6 +42,7 @@ class ChildConfig:
     """Everything a child needs, handed over by fork (nothing here is pickled)."""
 
     __slots__ = (
+        "claims",
         "close_fds",
         "initializer",
         "job_fd",
@@ -51,14 +55,15 @@ class ChildConfig:
     )
 
     def __init__(self, name: str, parent_pid: int, job_fd: int, result_fd: int, close_fds: Sequence[int],
-                 slot: SoftLimitSlot, initializer: Callable[[], None] | None, max_tasks: int | None,
-                 max_memory_kib: int | None) -> None:
+                 slot: SoftLimitSlot, claims: Claims, initializer: Callable[[], None] | None,
+                 max_tasks: int | None, max_memory_kib: int | None) -> None:
         self.name = name
         self.parent_pid = parent_pid
         self.job_fd = job_fd
         self.result_fd = result_fd
         self.close_fds = close_fds
         self.slot = slot
+        self.claims = claims
         self.initializer = initializer
         self.max_tasks = max_tasks
         self.max_memory_kib = max_memory_kib
@@ -74,6 +79,7 @@ class _WorkLoop:
     def __init__(self, config: ChildConfig) -> None:
         self.config = config
         self.slot = config.slot
+        self.claims = config.claims
         self.result_fd = config.result_fd
         self.done = 0
         self.memory = ResidentMemory() if config.max_memory_kib else None
@@ -100,13 +106,15 @@ class _WorkLoop:
         reader = frames.FrameReader()
         read = os.read
         fd = self.config.job_fd
+        claim = self.claims.claim
         while True:
             data = read(fd, _READ_SIZE)
             if not data:
                 return  # the parent closed our job pipe (or died): nothing more will come
             for kind, job_id, payload in reader.feed(data):
                 if kind == frames.JOB:
-                    if self.run_job(job_id, payload):
+                    # a job the parent took back (to another child) is skipped without a word
+                    if claim(job_id) and self.run_job(job_id, payload):
                         return
                 elif kind == frames.STOP:
                     return
@@ -124,6 +132,7 @@ class _WorkLoop:
                 # The soft-limit handler only raises while this is set; a SIGUSR1 landing inside
                 # this finally is caught by the outer handler like any other task error.
                 slot.running = 0
+                self.claims.finished()
         except Exception as exc:
             out = self.error_frame(job_id, exc)
         else:
