@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -84,6 +85,25 @@ def test_a_task_waiting_for_its_countdown_is_discarded_at_once(start, pool, tmp_
     assert not proof.exists()
 
 
+@pytest.mark.parametrize(("pool", "scheduling"),
+                         [("prefork", "fair"), ("prefork", "fcfs"), ("threads", "fair")])
+def test_a_task_waiting_in_the_pool_behind_a_busy_one_is_discarded_at_once(start, pool, scheduling, tmp_path):
+    proof = tmp_path / "ran"
+    worker = start(pool, "-c", "1", "-O", scheduling)
+    busy = basic.sleep.delay(3)
+    revoked = basic.record.apply_async((str(proof), "revoked"))
+    kept = basic.record.apply_async((str(proof), "kept"))
+    _received(worker, kept)
+    started = time.monotonic()
+    assert _ask("revoke", task_id=revoked.id) == {"ok": f"tasks { {revoked.id} } flagged as revoked"}
+    with pytest.raises(TaskRevokedError, match="revoked"):
+        revoked.get(timeout=10)
+    assert time.monotonic() - started < 2  # the busy task still runs: it was not waited for
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{revoked.id}] (revoked)")
+    assert busy.get(timeout=20) == 3 and kept.get(timeout=20) == "kept"
+    assert basic.lines(proof) == ["kept"]
+
+
 def test_a_task_revoked_before_it_arrives_is_marked_at_once_and_discarded_when_it_comes(start, tmp_path):
     proof = tmp_path / "ran"
     worker = start("solo")
@@ -114,17 +134,19 @@ def test_terminate_kills_the_process_running_the_task_and_marks_it_revoked(start
     assert _ask("query_task", ids=[result.id]) == {}
 
 
-def test_terminate_before_the_task_starts_kills_it_as_it_starts(start):
+def test_terminate_before_the_task_starts_takes_it_back_without_killing_a_process(start):
     # fcfs: the second job waits in the only child's pipe, in the pool but not started
     worker = start("prefork", "-c", "1", "-O", "fcfs")
     blocker = basic.sleep.delay(1.5)
     result = basic.sleep.delay(30)
     _received(worker, result)
+    child = children_of(worker.pid)
     assert _ask("query_task", ids=[result.id])[result.id][0] == "reserved"
     assert _ask("terminate", signal="TERM", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    with pytest.raises(TaskRevokedError, match="revoked"):
+        result.get(timeout=1)  # at once: the blocker still runs
     assert blocker.get(timeout=20) == 1.5
-    with pytest.raises(TaskRevokedError, match="terminated"):
-        result.get(timeout=10)
+    assert children_of(worker.pid) == child
     assert basic.add.delay(1, 1).get(timeout=20) == 2
 
 

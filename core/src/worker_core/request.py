@@ -42,6 +42,7 @@ class Request:
         "id",
         "message",
         "name",
+        "pool_job",
         "task",
         "terminate_signal",
         "time_start",
@@ -62,6 +63,8 @@ class Request:
         self.worker_pid: int | None = None
         self.finished = False
         self.timer_entry: Any = None
+        #: what the pool returned for this request's job (see ``Pool.withdraw_job``)
+        self.pool_job: Any = None
         #: revoked with ``terminate`` before it started: killed with this signal when it starts
         self.terminate_signal: int | None = None
 
@@ -126,7 +129,7 @@ class Request:
     def execute_using_pool(self, pool: Any) -> None:
         soft, hard = self.limits()
         envelope = self.envelope
-        pool.apply_async(
+        self.pool_job = pool.apply_async(
             execute,
             (self.name, self.id, envelope.args, envelope.kwargs, self.message_fields(),
              self.consumer.result_reprs),
@@ -180,7 +183,7 @@ class Request:
             consumer.notify("task_retried", request=self, reason=outcome[2])
             self._ack_late()
         elif kind == "expired":
-            self._discard("expired")
+            self.discard("expired")
         elif kind == "reject":
             requeue, reason = outcome[2], outcome[3]
             logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
@@ -251,10 +254,10 @@ class Request:
 
     def revoke(self, reason: str) -> None:
         """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked)."""
-        self._discard(reason)
+        self.discard(reason)
         self.consumer.task_done(self, started=False)
 
-    def _discard(self, reason: str) -> None:
+    def discard(self, reason: str) -> None:
         logger.info("Discarding revoked task: %s (%s)", self.label, reason)
         self._mark_revoked(reason)
 

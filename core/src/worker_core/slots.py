@@ -135,13 +135,19 @@ class Pool(Protocol):
         soft_timeout: float | None = None,
         timeout: float | None = None,
         name: str | None = None,
-    ) -> None:
+    ) -> Any:
         """Run a job; per-job limits override the pool's defaults.
 
         ``name`` labels the job in the pool's log lines (the worker passes the task's name, for
         example when a pool warns once per task that it cannot enforce that task's limits);
-        pools may ignore it.
+        pools may ignore it. A pool that offers :meth:`withdraw_job` returns the job's handle
+        for it; others return None.
         """
+
+    def withdraw_job(self, handle: Any) -> bool:
+        """Optional: take back the job ``apply_async`` returned ``handle`` for, if no executor has
+        started it; True if it was taken back, and then none of its callbacks is ever called.
+        The worker calls it to discard a revoked task that waits in the pool."""
 
     @property
     def num_processes(self) -> int:

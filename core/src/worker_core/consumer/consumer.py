@@ -643,7 +643,21 @@ class Consumer:
         held += self.rate_limits.discard(task_ids)
         for request in waiting + held:
             request.revoke("revoked")
-        return waiting + held
+        return waiting + held + self._withdraw_from_pool(task_ids)
+
+    def _withdraw_from_pool(self, task_ids: Collection[str]) -> list[Request]:
+        """Take the requests with these ids that wait in the pool, not started, back from it (if
+        it can give them back): stored REVOKED and acknowledged at once. Returns them."""
+        withdraw = getattr(self.worker.pool, "withdraw_job", None)
+        if withdraw is None:
+            return []
+        taken = [request for request in self.reserved
+                 if request.id in task_ids and request.pool_job is not None and request.worker_pid is None
+                 and not request.finished and withdraw(request.pool_job)]
+        for request in taken:
+            request.discard("revoked")
+            self.task_done(request)  # it left the pool
+        return taken
 
     def task_started(self, request: Request) -> None:
         self.active.add(request)

@@ -318,6 +318,31 @@ def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *
         runner.stop()
 
 
+def check_withdraw_job_takes_back_only_a_job_not_started(factory: PoolFactory, *, hub: bool = False) -> None:
+    """A pool offering ``withdraw_job`` takes back a job queued behind busy executors, which then
+    reports nothing at all, and refuses one that runs or has run."""
+    with PoolRunner(factory, OPTIONS, hub=hub) as runner:
+        withdraw = getattr(runner.pool, "withdraw_job", None)
+        if withdraw is None or _is_inline(runner):
+            runner.stop()
+            return
+        release = _release_path()
+        try:
+            blockers = _hold_every_executor(runner, release)
+            kept = runner.submit(jobs.add, (1, 1))
+            taken = runner.submit(jobs.add, (2, 2))
+            _expect(runner.call(withdraw, taken.handle) is True,
+                    "withdraw_job() refused a job queued behind busy executors")
+            _expect(runner.call(withdraw, blockers[0].handle) is False,
+                    "withdraw_job() took back a running job")
+        finally:
+            Path(release).touch()
+        _expect(kept.wait().result == 2, f"the job left queued reported {kept.events!r}")
+        _expect(runner.call(withdraw, kept.handle) is False, "withdraw_job() took back a finished job")
+        runner.stop()
+    _expect(taken.events == [], f"a job taken back reported {taken.events!r}, expected nothing")
+
+
 def check_info_has_the_stats_keys(factory: PoolFactory, *, hub: bool = False) -> None:
     with PoolRunner(factory, OPTIONS, hub=hub) as runner:
         info = runner.call(runner.pool.info)
@@ -372,6 +397,7 @@ CHECKS: tuple[Check, ...] = (
     check_grow_and_shrink,
     check_shrink_refuses_when_every_executor_is_busy,
     check_withdraw_queued_gives_back_only_unstarted_jobs,
+    check_withdraw_job_takes_back_only_a_job_not_started,
     check_info_has_the_stats_keys,
     check_initializer_runs_once_in_every_executor,
 )

@@ -29,6 +29,8 @@ class JobProbe:
         #: Whether the accept callback ran inside ``apply_async`` in the submitting thread:
         #: the pool runs jobs inline (solo).
         self.inline = False
+        #: What ``apply_async`` returned (a handle for ``withdraw_job``, or None).
+        self.handle: Any = None
         self._applying: int | None = None
         self._lock = threading.Lock()
 
@@ -234,7 +236,7 @@ class PoolRunner:
         def apply() -> None:
             probe._applying = threading.get_ident()
             try:
-                self.pool.apply_async(target, args, kwargs, **probe.callbacks(), **options)
+                probe.handle = self.pool.apply_async(target, args, kwargs, **probe.callbacks(), **options)
             finally:
                 probe._applying = None
 

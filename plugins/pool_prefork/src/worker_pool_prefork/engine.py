@@ -98,7 +98,9 @@ class Engine:
                callback: Callable[[Any], None] | None, error_callback: Callable[[BaseException], None] | None,
                accept_callback: Callable[[int, float], None] | None,
                timeout_callback: Callable[[bool, float], None] | None,
-               soft: float | None, hard: float | None) -> None:
+               soft: float | None, hard: float | None) -> Job | None:
+        """Queue or write a job; the job (a handle for :meth:`withdraw_job`), or None if it could
+        not even be pickled (its error callback has been called)."""
         try:
             payload = _dumps((target, args, kwargs or None), _PROTOCOL)
         except Exception as exc:
@@ -112,7 +114,7 @@ class Engine:
             error.__cause__ = exc
             if error_callback is not None:
                 error_callback(error)
-            return
+            return None
         with self.lock:
             if self.closed:
                 raise PoolError("the prefork pool is stopped and takes no more jobs")
@@ -122,6 +124,7 @@ class Engine:
                 self.outbound.append(job)
             else:
                 self.write_job(child, job)
+        return job
 
     def pick(self) -> Child | None:
         """The child the next job goes to, or None if it must wait (lock held)."""
@@ -256,6 +259,32 @@ class Engine:
         for job in jobs:
             job.done = True
         return jobs
+
+    def withdraw_job(self, job: Job, events: Events) -> bool:
+        """Take back ``job`` if no child has started it; its callbacks are then never called
+        (lock held). Jobs written to the same child before it and not started go back to the
+        queue, in order."""
+        if job.done or job.accepted is not None:
+            return False
+        child = job.child
+        if child is None:
+            try:
+                self.outbound.remove(job)
+            except ValueError:
+                return False
+        else:
+            taken = self.take_back(child, job.id, LOCK_WAIT)
+            if not taken or taken[-1] is not job:
+                if taken:
+                    self.requeue(taken, events)
+                    self.dispatch(events)
+                return False
+            taken.pop()
+            if taken:
+                self.requeue(taken, events)
+                self.dispatch(events)
+        job.done = True
+        return True
 
     def requeue(self, jobs: list[Job], events: Events) -> None:
         """Put back jobs a child never started (it exited or was killed first), at the front."""

@@ -33,7 +33,7 @@ from worker_core.slots import AcceptCallback, PoolOptions
 from .drivers import HubDriver, SelectorDriver
 from .engine import SCHEDULING, Engine
 from .frames import STOP, encode
-from .jobs import withdrawn_unstarted
+from .jobs import Job, withdrawn_unstarted
 from .outcomes import Events, fail, run_events
 from .stats import pool_info
 
@@ -286,11 +286,22 @@ class PreforkPool:
         soft_timeout: float | None = None,
         timeout: float | None = None,
         name: str | None = None,
-    ) -> None:
+    ) -> Job | None:
         engine = self._engine
-        engine.submit(target, args, kwargs, callback, error_callback, accept_callback, timeout_callback,
-                      engine.soft_default if soft_timeout is None else soft_timeout or None,
-                      engine.hard_default if timeout is None else timeout or None)
+        soft = engine.soft_default if soft_timeout is None else soft_timeout or None
+        hard = engine.hard_default if timeout is None else timeout or None
+        return engine.submit(target, args, kwargs, callback, error_callback, accept_callback,
+                             timeout_callback, soft, hard)
+
+    def withdraw_job(self, handle: Any) -> bool:
+        """Take back the job ``apply_async`` returned ``handle`` for, if no child has started it;
+        its callbacks are then never called."""
+        engine = self._engine
+        events: Events = []
+        with engine.lock:
+            taken = engine.withdraw_job(handle, events)
+        run_events(events)
+        return taken
 
     def withdraw_queued(self) -> int:
         """Give back every job no child has started (``JobWithdrawn``); returns how many."""

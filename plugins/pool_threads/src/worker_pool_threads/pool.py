@@ -205,13 +205,33 @@ class ThreadPool:
         soft_timeout: float | None = None,
         timeout: float | None = None,
         name: str | None = None,
-    ) -> None:
+    ) -> Job:
         if self._closed:
             raise PoolError("the threads pool is stopped and takes no more jobs")
         if soft_timeout or timeout:
             label = name or f"{target.__module__}.{target.__qualname__}"
             self._warn_ignored_limits(label, soft_timeout, timeout)
-        self.queue.put(Job(next(self._ids), target, args, kwargs, callback, error_callback, accept_callback))
+        job = Job(next(self._ids), target, args, kwargs, callback, error_callback, accept_callback)
+        self.queue.put(job)
+        return job
+
+    def withdraw_job(self, handle: Any) -> bool:
+        """Take back the job ``apply_async`` returned ``handle`` for, if no thread has taken it
+        yet; its callbacks are then never called."""
+        found = False
+        with self.lock:
+            items: list[object] = []
+            while True:
+                try:
+                    items.append(self.queue.get_nowait())
+                except Empty:
+                    break
+            for item in items:  # everything else goes back in its order
+                if item is handle:
+                    found = True
+                else:
+                    self.queue.put(item)
+        return found
 
     def withdraw_queued(self) -> int:
         """Give back every job no thread has taken yet (``JobWithdrawn``); returns how many."""
