@@ -11,8 +11,12 @@ on it for long, so a child that died holding it cannot hang the parent.
 from __future__ import annotations
 
 import mmap
-import multiprocessing
+import os
 import struct
+
+# The semaphore multiprocessing's Lock wraps (multiprocessing.synchronize itself would import
+# tempfile, random, subprocess and more into the worker for nothing).
+from _multiprocessing import SemLock  # type: ignore[import-not-found]  # (no stub)
 from time import monotonic
 
 __all__ = ["LOCK_WAIT", "Claims"]
@@ -30,6 +34,7 @@ _STARTED = struct.Struct("=d")
 _FENCE_AT = 8
 _STARTED_AT = 16
 _SIZE = 24
+_SEMAPHORE = 1  # SemLock's kind for a plain (not recursive) lock
 
 
 class Claims:
@@ -43,7 +48,8 @@ class Claims:
 
     def __init__(self) -> None:
         self._map = mmap.mmap(-1, _SIZE)
-        self._lock = multiprocessing.get_context("fork").Lock()
+        # a semaphore of one, unlinked at once: only the processes forked from here reach it
+        self._lock = SemLock(_SEMAPHORE, 1, 1, f"/worker-claims-{os.getpid()}-{os.urandom(6).hex()}", True)
 
     # -- child side -------------------------------------------------------------------------------
 
