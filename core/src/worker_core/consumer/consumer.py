@@ -665,6 +665,7 @@ class Consumer:
 
     def task_done(self, request: Request, *, started: bool = True) -> None:
         request.finished = True
+        request.pool_job = None  # the pool's job holds the request's callbacks: no cycle is left
         self.reserved.discard(request)
         self.active.discard(request)
         if started:

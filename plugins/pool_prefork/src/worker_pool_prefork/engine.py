@@ -274,12 +274,9 @@ class Engine:
                 return False
         else:
             taken = self.take_back(child, job.id, LOCK_WAIT)
-            if not taken or taken[-1] is not job:
-                if taken:
-                    self.requeue(taken, events)
-                    self.dispatch(events)
+            if not taken:  # the child claimed it (or holds its lock): it runs there
                 return False
-            taken.pop()
+            taken.pop()  # the job itself, the newest taken
             if taken:
                 self.requeue(taken, events)
                 self.dispatch(events)
