@@ -212,6 +212,8 @@ def test_bad_recycling_limits_are_refused(queue_url: str, args: list[str], env: 
     ([], {"WORKER_DISABLE_PLUGINS": "solo,worker"}, ["'worker' cannot be blocked",
                                                       "remove it from WORKER_DISABLE_PLUGINS=solo,worker"]),
     (["-p", "no:prefork"], {}, ["is blocked by -p no:prefork"]),
+    (["--child-scheduler", "fifo"], {}, ["Invalid value for '--child-scheduler': must be batch or normal",
+                                         "(got 'fifo')"]),
 ])
 def test_bad_scheduling_and_plugin_switches_are_refused(queue_url: str, args: list[str], env: dict[str, str],
                                                         expected: list[str]) -> None:

@@ -308,6 +308,21 @@ def test_fcfs_scheduling_queues_jobs_behind_a_busy_child(release: str) -> None:
         runner.stop()
 
 
+@pytest.mark.parametrize(("scheduler", "policy"), [(None, "SCHED_BATCH"), ("normal", "SCHED_OTHER"),
+                                                   ("batch", "SCHED_BATCH")])
+def test_children_run_under_the_cpu_policy_asked_for(scheduler: str | None, policy: str) -> None:
+    extra = {} if scheduler is None else {"child_scheduler": scheduler}
+    with run_pool(PoolOptions(concurrency=2, extra=extra), "thread") as runner:
+        assert {os.sched_getscheduler(pid) for pid in processes(runner)} == {getattr(os, policy)}
+        assert runner.submit(jobs.add, (1, 2)).wait().result == 3
+        runner.stop()
+
+
+def test_an_unknown_cpu_policy_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match=r"child_scheduler must be one of batch, normal.*'fifo'"):
+        PreforkPool.check_options(PoolOptions(concurrency=1, extra={"child_scheduler": "fifo"}))
+
+
 # -- size -----------------------------------------------------------------------------------------
 
 

@@ -102,7 +102,19 @@ def _reset_signals(slot: SoftLimitSlot) -> None:
     signal.signal(signal.SIGUSR1, on_soft_limit)
 
 
-def prepare_child(parent_pid: int, slot: SoftLimitSlot, close_fds: Iterable[int]) -> None:
+def _use_batch_scheduling() -> None:
+    """SCHED_BATCH (see :mod:`.plugin`): woken by a job, this child does not preempt the
+    process running on its CPU; it keeps its share of the CPU otherwise."""
+    batch = getattr(os, "SCHED_BATCH", None)
+    if batch is None:
+        return
+    try:
+        os.sched_setscheduler(0, batch, os.sched_param(0))
+    except OSError as exc:
+        logger.debug("pool child %s keeps the normal CPU policy: %s", os.getpid(), exc)
+
+
+def prepare_child(parent_pid: int, slot: SoftLimitSlot, close_fds: Iterable[int], *, batch: bool) -> None:
     """Run first thing in the child, before the initializer."""
     _set_parent_death_signal()
     if os.getppid() != parent_pid:
@@ -116,6 +128,8 @@ def prepare_child(parent_pid: int, slot: SoftLimitSlot, close_fds: Iterable[int]
         except OSError:
             pass
     _reset_signals(slot)
+    if batch:
+        _use_batch_scheduling()
     try:
         # Let tasks start their own billiard processes (Celery's children are daemonic, and
         # "daemonic processes are not allowed to have children").

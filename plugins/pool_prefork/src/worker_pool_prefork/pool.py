@@ -35,6 +35,7 @@ from .engine import SCHEDULING, Engine
 from .frames import STOP, encode
 from .jobs import Job, withdrawn_unstarted
 from .outcomes import Events, fail, run_events
+from .plugin import CHILD_SCHEDULERS
 from .stats import pool_info
 
 if TYPE_CHECKING:
@@ -90,6 +91,11 @@ class PreforkPool:
             _check_positive(options, name, integer=False)
         for name in ("max_tasks_per_child", "max_memory_per_child"):
             _check_positive(options, name, integer=True)
+        scheduler = options.extra.get("child_scheduler", "batch")
+        if scheduler not in CHILD_SCHEDULERS:
+            raise ConfigurationError(
+                f"prefork pool: child_scheduler must be one of {', '.join(CHILD_SCHEDULERS)} (got "
+                f"{scheduler!r}): batch keeps a child woken by a job from preempting the main process")
 
     def __init__(self, options: PoolOptions, *, start_timeout: float = 10.0, kill_grace: float = 0.5) -> None:
         self.check_options(options)

@@ -42,6 +42,7 @@ class ChildConfig:
     """Everything a child needs, handed over by fork (nothing here is pickled)."""
 
     __slots__ = (
+        "batch",
         "claims",
         "close_fds",
         "initializer",
@@ -56,7 +57,7 @@ class ChildConfig:
 
     def __init__(self, name: str, parent_pid: int, job_fd: int, result_fd: int, close_fds: Sequence[int],
                  slot: SoftLimitSlot, claims: Claims, initializer: Callable[[], None] | None,
-                 max_tasks: int | None, max_memory_kib: int | None) -> None:
+                 max_tasks: int | None, max_memory_kib: int | None, batch: bool) -> None:
         self.name = name
         self.parent_pid = parent_pid
         self.job_fd = job_fd
@@ -67,11 +68,13 @@ class ChildConfig:
         self.initializer = initializer
         self.max_tasks = max_tasks
         self.max_memory_kib = max_memory_kib
+        #: run under SCHED_BATCH (``--child-scheduler``)
+        self.batch = batch
 
 
 def child_main(config: ChildConfig) -> None:
     """The billiard ``Process`` target of every pool child."""
-    prepare_child(config.parent_pid, config.slot, config.close_fds)
+    prepare_child(config.parent_pid, config.slot, config.close_fds, batch=config.batch)
     _WorkLoop(config).run()
 
 
