@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -20,11 +20,33 @@ __all__ = ["Edge", "Provider", "StepGraph", "resolve"]
 
 @attrs.frozen
 class Provider:
-    """The plugin (and its distribution) that contributed a step."""
+    """The plugin (and its distribution) that contributed a step.
+
+    A plugin found through its entry point names its distribution through ``lookup``, asked only
+    when the distribution is shown: finding it reads every installed distribution's metadata,
+    which a worker's start does without.
+    """
 
     plugin: str
-    distribution: str | None = None
-    version: str | None = None
+    _distribution: str | None = None
+    _version: str | None = None
+    _lookup: Callable[[], tuple[str, str] | None] | None = attrs.field(
+        default=None, eq=False, repr=False
+    )
+
+    @property
+    def distribution(self) -> str | None:
+        if self._lookup is None:
+            return self._distribution
+        found = self._lookup()
+        return found[0] if found else None
+
+    @property
+    def version(self) -> str | None:
+        if self._lookup is None:
+            return self._version
+        found = self._lookup()
+        return found[1] if found else None
 
     def __str__(self) -> str:
         if self.distribution is None:

@@ -3,6 +3,7 @@ by name, and one clear message for every way a plugin can be wrong."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from .entrypoints import (
     SLOT_CHOICE,
     SLOT_GROUPS,
     PluginEntry,
+    distribution_of,
     list_entries,
 )
 
@@ -221,7 +223,7 @@ class PluginManager:
         entry = self._registered.get(plugin_name)
         if entry is None:
             return Provider(plugin=plugin_name)
-        return Provider(plugin=plugin_name, distribution=entry.distribution, version=entry.version)
+        return Provider(plugin=plugin_name, lookup=functools.partial(distribution_of, entry))
 
     def hooks_of(self, plugin_name: str) -> tuple[str, ...]:
         plugin = self._pm.get_plugin(plugin_name)
