@@ -27,12 +27,13 @@ raise ``PoolError`` from both ``grow`` and ``shrink``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -251,13 +252,19 @@ def _wait_until(condition: Callable[[], bool], message: str, timeout: float = 10
         time.sleep(0.02)
 
 
-def _hold_every_executor(runner: PoolRunner, release: str) -> list[JobProbe]:
-    """Start one job per executor that runs until ``release`` exists; return once all started."""
-    size = runner.call(lambda: runner.pool.num_processes)
-    blockers = [runner.submit(jobs.wait_for_path, (release, 30.0)) for _ in range(size)]
-    for probe in blockers:
-        probe.wait_accepted()
-    return blockers
+@contextlib.contextmanager
+def _every_executor_busy(runner: PoolRunner) -> Iterator[list[JobProbe]]:
+    """One job per executor, each started before the block begins and running until it ends;
+    their probes are yielded (they report ``"released"`` once the block is left)."""
+    release = _release_path()
+    try:
+        size = runner.call(lambda: runner.pool.num_processes)
+        blockers = [runner.submit(jobs.wait_for_path, (release, 30.0)) for _ in range(size)]
+        for probe in blockers:
+            probe.wait_accepted()
+        yield blockers
+    finally:
+        Path(release).touch()
 
 
 def check_shrink_refuses_when_every_executor_is_busy(factory: PoolFactory, *, hub: bool = False) -> None:
@@ -270,17 +277,13 @@ def check_shrink_refuses_when_every_executor_is_busy(factory: PoolFactory, *, hu
                 runner.stop()
                 return
             raise AssertionError("an inline pool accepted shrink(1)")
-        release = _release_path()
-        try:
-            blockers = _hold_every_executor(runner, release)
+        with _every_executor_busy(runner) as blockers:
             try:
                 runner.call(pool.shrink, 1)
             except PoolError as exc:
                 _expect("busy" in str(exc), f"the PoolError should say the executors are busy: {exc}")
             else:
                 raise AssertionError(f"shrink(1) succeeded while all {len(blockers)} executors were busy")
-        finally:
-            Path(release).touch()
         for probe in blockers:
             _expect(probe.wait().result == "released", f"a blocked job reported {probe.events!r}")
         runner.stop()
@@ -298,9 +301,7 @@ def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *
         if withdraw is None or _is_inline(runner):
             runner.stop()
             return
-        release = _release_path()
-        try:
-            blockers = _hold_every_executor(runner, release)
+        with _every_executor_busy(runner) as blockers:
             queued = [runner.submit(jobs.add, (n, n)) for n in range(3)]
             count = runner.call(withdraw)
             _expect(count == 3, f"withdraw_queued() returned {count} with 3 jobs queued behind busy "
@@ -309,8 +310,6 @@ def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *
                 probe.wait()
                 _expect(probe.kinds() == ["error"] and isinstance(probe.error, JobWithdrawn),
                         f"a withdrawn job reported {probe.events!r}, expected one JobWithdrawn error")
-        finally:
-            Path(release).touch()
         for probe in blockers:
             _expect(probe.wait().result == "released", f"a running job reported {probe.events!r}")
         _expect(runner.call(withdraw) == 0, "withdraw_queued() gave back jobs when none was queued")
@@ -326,17 +325,13 @@ def check_withdraw_job_takes_back_only_a_job_not_started(factory: PoolFactory, *
         if withdraw is None or _is_inline(runner):
             runner.stop()
             return
-        release = _release_path()
-        try:
-            blockers = _hold_every_executor(runner, release)
+        with _every_executor_busy(runner) as blockers:
             kept = runner.submit(jobs.add, (1, 1))
             taken = runner.submit(jobs.add, (2, 2))
             _expect(runner.call(withdraw, taken.handle) is True,
                     "withdraw_job() refused a job queued behind busy executors")
             _expect(runner.call(withdraw, blockers[0].handle) is False,
                     "withdraw_job() took back a running job")
-        finally:
-            Path(release).touch()
         _expect(kept.wait().result == 2, f"the job left queued reported {kept.events!r}")
         _expect(runner.call(withdraw, kept.handle) is False, "withdraw_job() took back a finished job")
         runner.stop()
