@@ -145,6 +145,17 @@ def test_sigint_to_a_child_does_not_interrupt_its_task() -> None:
         runner.stop()
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_sigterm_the_parent_did_not_send_leaves_the_task_running(driver: str) -> None:
+    """systemd's default KillMode signals every process of the service; the parent decides."""
+    with run_pool(PoolOptions(concurrency=1), driver) as runner:
+        probe = runner.submit(jobs.sleep, (0.5,)).wait_accepted()
+        os.kill(probe.pid, signal.SIGTERM)
+        assert probe.wait().result == 0.5
+        assert runner.submit(jobs.whoami).wait().result[0] == probe.pid  # the same child, still serving
+        runner.stop()
+
+
 def test_children_die_with_their_parent() -> None:
     script = textwrap.dedent("""
         import sys, time

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -81,6 +82,25 @@ def test_warm_shutdown_leaves_no_child_processes(start):
             not Path(f"/proc/{child}").exists()
             or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
         )
+
+
+def test_sigterm_to_every_process_at_once_lets_the_running_task_finish(start, tmp_path):
+    """What systemd's default KillMode=control-group does on stop: the children leave the
+    decision to the worker, whose warm shutdown waits for the task instead of losing it."""
+    worker = start()
+    proof = tmp_path / "ran.txt"
+    result = basic.record_slowly.delay(str(proof), "finished", 1.0)
+    wait_for(lambda: " received" in worker.log())
+    time.sleep(0.2)
+    children = children_of(worker.pid)
+    for pid in (worker.pid, *children):
+        os.kill(pid, signal.SIGTERM)
+    assert worker.process.wait(timeout=30) == 0
+    assert basic.lines(proof) == ["finished"]
+    assert result.get(timeout=10) == "finished"
+    log = worker.log()
+    assert "ignored a SIGTERM the worker did not send" in log
+    assert "WorkerLostError" not in log and "signal 15" not in log
 
 
 def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_path):

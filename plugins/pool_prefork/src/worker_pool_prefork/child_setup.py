@@ -6,8 +6,13 @@ Signals, decided so that **the parent decides** what happens to a running task:
   process group; the worker's own handler turns it into a warm or cold shutdown, which either
   lets the task finish or terminates the child itself. Without this, Ctrl-C would kill every
   task mid-way before the parent chose warm shutdown.
-- ``SIGTERM`` gets its default action (die at once): the parent sends it for a hard time limit,
-  ``terminate_job`` and ``terminate()``, and the job then fails with ``WorkerLostError``.
+- ``SIGTERM`` kills the child only when the parent sent it (for a hard time limit,
+  ``terminate_job`` and ``terminate()``; the job then fails with ``WorkerLostError``): the parent
+  marks the child's slot first (:meth:`SoftLimitSlot.mean_term`), and the child then dies of the
+  signal at once, as with its default action. Any other ``SIGTERM`` is logged and ignored: a
+  service manager that signals every process of the service at once (systemd's default
+  ``KillMode=control-group``) reaches the parent too, whose warm shutdown lets the running task
+  finish instead of losing it. ``SIGKILL`` still kills a child at once.
 - ``SIGUSR1`` raises ``SoftTimeLimitExceeded`` inside the task, but only if the parent aimed it
   at the job running now (see :class:`SoftLimitSlot`): a signal that races with the end of a job
   never hits the next one.
@@ -34,6 +39,8 @@ __all__ = ["SoftLimitSlot", "prepare_child"]
 logger = logging.getLogger("worker.pool")
 
 _SLOT = struct.Struct("=Qd")
+_TERM = struct.Struct("=B")
+_TERM_AT = _SLOT.size
 
 
 class SoftLimitSlot:
@@ -41,13 +48,14 @@ class SoftLimitSlot:
 
     The parent writes the id of the job it means and the limit, then sends ``SIGUSR1``; the
     child raises only if that job is the one it is running, and reads the seconds for the
-    exception's message. ``kill()`` cannot carry data, this can.
+    exception's message. Before a ``SIGTERM`` the parent marks the slot, so the child tells the
+    parent's ``SIGTERM`` from anyone else's. ``kill()`` cannot carry data, this can.
     """
 
     __slots__ = ("_map", "running")
 
     def __init__(self) -> None:
-        self._map = mmap.mmap(-1, _SLOT.size)
+        self._map = mmap.mmap(-1, _TERM_AT + _TERM.size)
         #: The job the child runs now (child side; 0 when idle). Job ids start at 1.
         self.running = 0
 
@@ -58,6 +66,13 @@ class SoftLimitSlot:
     def target(self) -> tuple[int, float]:
         job_id, seconds = _SLOT.unpack_from(self._map, 0)
         return int(job_id), float(seconds)
+
+    def mean_term(self) -> None:
+        """Parent side: the ``SIGTERM`` about to be sent is the parent's; the child dies of it."""
+        _TERM.pack_into(self._map, _TERM_AT, 1)
+
+    def term_meant(self) -> bool:
+        return bool(_TERM.unpack_from(self._map, _TERM_AT)[0])
 
     def close(self) -> None:
         self._map.close()
@@ -92,7 +107,16 @@ def _reset_signals(slot: SoftLimitSlot) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "SIGQUIT"):
         signal.signal(signal.SIGQUIT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        if slot.term_meant():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)  # dies of it, as the parent expects
+            return
+        logger.warning("Pool child %s ignored a SIGTERM the worker did not send: the worker's own "
+                       "shutdown stops it after its task (SIGKILL kills it now)", os.getpid())
+
+    signal.signal(signal.SIGTERM, on_term)
 
     def on_soft_limit(signum: int, frame: FrameType | None) -> None:
         job_id, seconds = slot.target()

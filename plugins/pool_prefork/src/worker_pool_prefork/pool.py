@@ -338,6 +338,8 @@ class PreforkPool:
                 child.slot.aim(running.id, 0.0)
             else:
                 child.controlled = True
+                if signum == signals.SIGTERM:
+                    child.slot.mean_term()
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:

@@ -283,6 +283,7 @@ class Supervisor:
             if taken:
                 self.engine.requeue(taken, events)
         self._drop_output(child)
+        child.slot.mean_term()
         try:
             os.kill(child.pid, signal.SIGTERM)
         except ProcessLookupError:
