@@ -36,17 +36,16 @@ class Provider:
 
     @property
     def distribution(self) -> str | None:
-        if self._lookup is None:
-            return self._distribution
-        found = self._lookup()
-        return found[0] if found else None
+        return self._found()[0]
 
     @property
     def version(self) -> str | None:
+        return self._found()[1]
+
+    def _found(self) -> tuple[str | None, str | None]:
         if self._lookup is None:
-            return self._version
-        found = self._lookup()
-        return found[1] if found else None
+            return self._distribution, self._version
+        return self._lookup() or (None, None)
 
     def __str__(self) -> str:
         if self.distribution is None:
