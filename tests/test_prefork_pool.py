@@ -136,6 +136,19 @@ def test_terminate_job_kills_the_task_and_the_child_is_replaced(driver: str, rel
         runner.stop()
 
 
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_terminate_job_kills_a_child_that_outlives_its_sigterm(driver: str) -> None:
+    with run_pool(PoolOptions(concurrency=1), driver) as runner:
+        probe = runner.submit(jobs.sleep_ignoring_sigterm, (30.0,)).wait_accepted()
+        started = time.monotonic()
+        runner.call(runner.pool.terminate_job, probe.pid)
+        error = probe.wait().error
+        assert isinstance(error, WorkerLostError) and "signal 9 (SIGKILL)" in str(error)
+        assert time.monotonic() - started < 10
+        assert runner.submit(jobs.add, (2, 2)).wait().result == 4
+        runner.stop()
+
+
 def test_sigint_to_a_child_does_not_interrupt_its_task() -> None:
     """Ctrl-C reaches every process of the terminal's group; the parent decides, not the child."""
     with run_pool(PoolOptions(concurrency=1), "thread") as runner:

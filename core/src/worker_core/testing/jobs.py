@@ -7,6 +7,7 @@ and the job may live in different processes.
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -59,6 +60,13 @@ def append_line(path: str, line: str, seconds: float = 0.0) -> str:
 
 
 def sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def sleep_ignoring_sigterm(seconds: float) -> float:
+    """A task that installs its own SIGTERM handler, which ignores the signal, then sleeps."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     time.sleep(seconds)
     return seconds
 

@@ -320,8 +320,9 @@ class PreforkPool:
     def terminate_job(self, pid: int, signal: int | None = None) -> None:
         """Send ``signal`` (SIGTERM by default) to the child running ``pid``.
 
-        SIGUSR1 raises ``SoftTimeLimitExceeded`` in the running task, like a soft limit. A child
-        that dies of the signal fails its running job with ``WorkerLostError`` and is replaced.
+        SIGUSR1 raises ``SoftTimeLimitExceeded`` in the running task, like a soft limit. SIGTERM
+        is followed by SIGKILL after the kill grace period if the child still runs. A child that
+        dies of the signal fails its running job with ``WorkerLostError`` and is replaced.
         """
         signum = signals.SIGTERM if signal is None else signal
         engine = self._engine
@@ -339,7 +340,8 @@ class PreforkPool:
             else:
                 child.controlled = True
                 if signum == signals.SIGTERM:
-                    child.slot.mean_term()
+                    engine.supervisor.send_term(child)
+                    return
             try:
                 os.kill(pid, signum)
             except ProcessLookupError:

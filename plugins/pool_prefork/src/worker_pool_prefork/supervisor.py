@@ -283,17 +283,23 @@ class Supervisor:
             if taken:
                 self.engine.requeue(taken, events)
         self._drop_output(child)
+        self.send_term(child)
+        self.maintain(events)
+
+    def send_term(self, child: Child) -> None:
+        """The parent's SIGTERM (the child dies of it, see :mod:`.child_setup`), and SIGKILL after
+        the grace period if the child still runs: a task in a long C call runs the child's
+        handler only when the call returns, and a task may have installed its own."""
         child.slot.mean_term()
         try:
             os.kill(child.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
-        driver = self.engine.driver
         if child.kill_at is None:
             child.kill_at = monotonic() + self.kill_grace
+            driver = self.engine.driver
             if driver is not None:
                 child.kill_timer = driver.call_later(self.kill_grace, self._escalate, child)
-        self.maintain(events)
 
     def _escalate(self, child: Child) -> None:
         with self.engine.lock:
