@@ -8,13 +8,13 @@ Signals, decided so that **the parent decides** what happens to a running task:
   task mid-way before the parent chose warm shutdown.
 - ``SIGTERM`` kills the child only when the parent sent it (for a hard time limit,
   ``terminate_job`` and ``terminate()``; the job then fails with ``WorkerLostError``): the parent
-  marks the child's slot first (:meth:`SoftLimitSlot.mean_term`), and the child then dies of the
+  marks the child's slot first (:meth:`SignalSlot.mean_term`), and the child then dies of the
   signal at once, as with its default action. Any other ``SIGTERM`` is logged and ignored: a
   service manager that signals every process of the service at once (systemd's default
   ``KillMode=control-group``) reaches the parent too, whose warm shutdown lets the running task
   finish instead of losing it. ``SIGKILL`` still kills a child at once.
 - ``SIGUSR1`` raises ``SoftTimeLimitExceeded`` inside the task, but only if the parent aimed it
-  at the job running now (see :class:`SoftLimitSlot`): a signal that races with the end of a job
+  at the job running now (see :class:`SignalSlot`): a signal that races with the end of a job
   never hits the next one.
 - Every other signal the parent handled in Python (the worker's shutdown and reload handlers)
   goes back to its default action, and the parent's ``set_wakeup_fd`` is dropped, so a signal
@@ -34,7 +34,7 @@ from types import FrameType
 
 from worker_core.exceptions import SoftTimeLimitExceeded
 
-__all__ = ["SoftLimitSlot", "prepare_child"]
+__all__ = ["SignalSlot", "prepare_child"]
 
 logger = logging.getLogger("worker.pool")
 
@@ -43,13 +43,15 @@ _TERM = struct.Struct("=B")
 _TERM_AT = _SLOT.size
 
 
-class SoftLimitSlot:
-    """A few bytes of memory shared by the parent and one child (mapped before the fork).
+class SignalSlot:
+    """A few bytes of memory shared by the parent and one child (mapped before the fork), saying
+    what the parent's signals to the child mean.
 
-    The parent writes the id of the job it means and the limit, then sends ``SIGUSR1``; the
-    child raises only if that job is the one it is running, and reads the seconds for the
-    exception's message. Before a ``SIGTERM`` the parent marks the slot, so the child tells the
-    parent's ``SIGTERM`` from anyone else's. ``kill()`` cannot carry data, this can.
+    For a soft time limit the parent writes the id of the job it means and the limit, then
+    sends ``SIGUSR1``; the child raises only if that job is the one it is running, and reads the
+    seconds for the exception's message. Before a ``SIGTERM`` the parent marks the slot, so the
+    child tells the parent's ``SIGTERM`` from anyone else's. ``kill()`` cannot carry data, this
+    can.
     """
 
     __slots__ = ("_map", "running")
@@ -89,7 +91,7 @@ def _set_parent_death_signal() -> None:
         logger.warning("could not set the parent-death signal of pool child %s: %s", os.getpid(), exc)
 
 
-def _reset_signals(slot: SoftLimitSlot) -> None:
+def _reset_signals(slot: SignalSlot) -> None:
     try:
         signal.set_wakeup_fd(-1)
     except ValueError:
@@ -138,7 +140,7 @@ def _use_batch_scheduling() -> None:
         logger.debug("pool child %s keeps the normal CPU policy: %s", os.getpid(), exc)
 
 
-def prepare_child(parent_pid: int, slot: SoftLimitSlot, close_fds: Iterable[int], *, batch: bool) -> None:
+def prepare_child(parent_pid: int, slot: SignalSlot, close_fds: Iterable[int], *, batch: bool) -> None:
     """Run first thing in the child, before the initializer."""
     _set_parent_death_signal()
     if os.getppid() != parent_pid:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker_core.exceptions import PoolError
 
-from .child_setup import SoftLimitSlot
+from .child_setup import SignalSlot
 from .claims import Claims
 from .frames import FrameReader
 from .worker_loop import ChildConfig, child_main
@@ -57,7 +57,7 @@ class Child:
         "writes",
     )
 
-    def __init__(self, name: str, process: Any, job_fd: int, result_fd: int, slot: SoftLimitSlot,
+    def __init__(self, name: str, process: Any, job_fd: int, result_fd: int, slot: SignalSlot,
                  claims: Claims) -> None:
         self.name = name
         self.process = process
@@ -112,7 +112,7 @@ def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializ
     """
     job_r, job_w = os.pipe()
     result_r, result_w = os.pipe()
-    slot = SoftLimitSlot()
+    slot = SignalSlot()
     claims = Claims()
     name = f"ForkPoolWorker-{number}"
     try:

@@ -17,7 +17,7 @@ from time import monotonic
 from worker_core.exceptions import PoolError
 
 from . import frames
-from .child_setup import SoftLimitSlot, prepare_child
+from .child_setup import SignalSlot, prepare_child
 from .claims import Claims
 from .memory import ResidentMemory
 
@@ -56,7 +56,7 @@ class ChildConfig:
     )
 
     def __init__(self, name: str, parent_pid: int, job_fd: int, result_fd: int, close_fds: Sequence[int],
-                 slot: SoftLimitSlot, claims: Claims, initializer: Callable[[], None] | None,
+                 slot: SignalSlot, claims: Claims, initializer: Callable[[], None] | None,
                  max_tasks: int | None, max_memory_kib: int | None, batch: bool) -> None:
         self.name = name
         self.parent_pid = parent_pid
