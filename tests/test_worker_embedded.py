@@ -35,6 +35,15 @@ def test_a_task_runs_and_its_result_comes_back(start_worker):
     assert basic.add.delay(2, 3).get(timeout=20) == 5
 
 
+def test_tasks_run_with_the_collector_on_and_the_start_up_heap_frozen(start_worker):
+    # The CLI keeps the cyclic collector off while the worker starts; it is on again for tasks
+    # (prefork children forked during the start included), with the start's objects frozen.
+    start_worker()
+    seen = basic.collector.delay().get(timeout=20)
+    assert seen["enabled"] is True
+    assert seen["frozen"] > 1000
+
+
 def test_a_failure_comes_back_as_the_tasks_own_exception_type(start_worker):
     start_worker()
     result = basic.boom.delay("it broke")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from pathlib import Path
@@ -164,3 +165,9 @@ def echo(value):
 def limited():
     """Return when it started: at most four starts a second per worker."""
     return time.time()
+
+
+@app.task
+def collector():
+    """The garbage collector as the process that runs tasks sees it."""
+    return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}

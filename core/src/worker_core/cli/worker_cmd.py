@@ -11,6 +11,7 @@ import click
 
 from ..exceptions import WorkerError, WorkerTerminate
 from ..plan import make_plan
+from . import collector
 from .common import (
     PluginCommand,
     check_endpoints,
@@ -60,6 +61,7 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     warn_failures(manager)
     click.echo(banner(app, plan, manager, params["app"]))
     running = Worker(app, plan, manager)
+    running.when_ready.append(collector.resume)
     _install_signals(running)
     try:
         running.start()

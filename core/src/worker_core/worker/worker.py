@@ -54,6 +54,8 @@ class Worker:
         self.consumer: Consumer | None = None
         #: called for every task message the consumer reserves (the autoscaler checks demand)
         self.on_task_message: list[Callable[[], None]] = []
+        #: called once, when every step has started and the worker is ready
+        self.when_ready: list[Callable[[], None]] = []
         self._backlog: Backlog | None = None
         #: ids of revoked tasks (remote ``revoke``): kept across lost connections
         self.revoked = RevokedIds()
@@ -123,6 +125,8 @@ class Worker:
 
     def on_ready(self) -> None:
         self.ready = True
+        for callback in self.when_ready:
+            callback()
         logger.info("%s ready.", self.hostname)
         self.notify("worker_ready", worker=self)
 

@@ -23,6 +23,7 @@ Signals, decided so that **the parent decides** what happens to a running task:
 
 from __future__ import annotations
 
+import gc
 import logging
 import mmap
 import os
@@ -154,6 +155,11 @@ def prepare_child(parent_pid: int, slot: SignalSlot, close_fds: Iterable[int], *
         except OSError:
             pass
     _reset_signals(slot)
+    # What the child inherited is the parent's, shared page by page until written: frozen, the
+    # child's own collections never write to it. The collector may have been off in the parent
+    # while the worker started (children fork before it is ready); the child collects its own.
+    gc.freeze()
+    gc.enable()
     if batch:
         _use_batch_scheduling()
     try:
