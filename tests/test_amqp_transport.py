@@ -13,7 +13,7 @@ from typing import Any
 
 import kombu
 import pytest
-from conftest import require_server
+from conftest import AMQP_TEST_URL, require_server
 from kombu.asynchronous import Hub
 from workers import drain, wait_for
 
@@ -675,3 +675,24 @@ def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_com
     finally:
         connection.release()
     assert sorted(redelivered(settings, queue, 2)) == [1, 2]
+
+
+def test_a_task_waiting_before_the_worker_starts_runs_with_the_collector_on(
+        workers, redis_url: str, queue_name: str) -> None:
+    # The message is delivered as soon as the worker consumes, and a solo worker runs it inline
+    # while its start goes on (the remote-control queue's declarations wait for RabbitMQ): the
+    # collector, off during the start, is on by then.
+    from apps import basic
+    from workers import TESTS
+
+    basic.app.conf.update(broker_url=AMQP_TEST_URL, result_backend=redis_url)
+    try:
+        result = basic.collector.apply_async(queue=queue_name)
+        worker = workers.start("-Q", queue_name, pool="solo", broker=AMQP_TEST_URL, backend=redis_url,
+                               env={"PYTHONPATH": str(TESTS)})
+        seen = result.get(timeout=20)
+    finally:
+        basic.app.close()
+    assert seen["enabled"] is True and seen["frozen"] > 1000
+    log = worker.log()
+    assert log.index(f"[{result.id}] received") < log.index(" ready.")  # it did run during the start

@@ -1,5 +1,5 @@
 """The cyclic garbage collector stays off while a command starts, and a worker turns it back on
-once it is ready, with what the start made set aside for good."""
+before its first task, with what the start made set aside for good."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ _paused = False
 def paused() -> Iterator[None]:
     """Starting makes many objects and next to no garbage, and the collector would pass over the
     growing heap again and again as modules load (about a tenth of a worker's time to its first
-    task). It is on again when the command ends or, for a worker, once it is ready."""
+    task). It is on again when the command ends or, for a worker, just before it starts consuming."""
     global _paused
     if not gc.isenabled():  # someone turned it off on purpose: leave it so
         yield
@@ -32,8 +32,9 @@ def paused() -> Iterator[None]:
 
 
 def resume() -> None:
-    """Turn the collector back on if :func:`paused` turned it off: a worker calls this once it is
-    ready, before its first task.
+    """Turn the collector back on if :func:`paused` turned it off: a worker calls this just before
+    it first asks the broker for tasks, so that no task runs with the collector off (a task's
+    garbage would be frozen with the rest).
 
     Everything made while the collector was off sits in its youngest generation, and the first
     collection would go over all of it (about 10 ms, in front of the first task). The start's

@@ -61,7 +61,7 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     warn_failures(manager)
     click.echo(banner(app, plan, manager, params["app"]))
     running = Worker(app, plan, manager)
-    running.when_ready.append(collector.resume)
+    running.before_consuming.append(collector.resume)
     _install_signals(running)
     try:
         running.start()

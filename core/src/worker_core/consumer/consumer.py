@@ -223,6 +223,9 @@ class Consumer:
 
     def start_consuming(self) -> None:
         assert self.connection is not None
+        first, self.worker.before_consuming = self.worker.before_consuming, []
+        for callback in first:
+            callback()
         channel = self.connection.default_channel
         queues = [task_queue(name, self.app.settings) for name in self.worker.queues]
         self.task_consumer = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]

@@ -54,8 +54,9 @@ class Worker:
         self.consumer: Consumer | None = None
         #: called for every task message the consumer reserves (the autoscaler checks demand)
         self.on_task_message: list[Callable[[], None]] = []
-        #: called once, when every step has started and the worker is ready
-        self.when_ready: list[Callable[[], None]] = []
+        #: called once, just before the consumer first asks the broker for tasks (no task has
+        #: run yet)
+        self.before_consuming: list[Callable[[], None]] = []
         self._backlog: Backlog | None = None
         #: ids of revoked tasks (remote ``revoke``): kept across lost connections
         self.revoked = RevokedIds()
@@ -125,8 +126,6 @@ class Worker:
 
     def on_ready(self) -> None:
         self.ready = True
-        for callback in self.when_ready:
-            callback()
         logger.info("%s ready.", self.hostname)
         self.notify("worker_ready", worker=self)
 
