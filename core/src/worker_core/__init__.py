@@ -2,12 +2,11 @@
 
 from typing import TYPE_CHECKING, Any
 
-from .bootsteps import Condition, Step
-from .hookspecs import hookimpl
-from .options import OptionSpec, WorkerOptions
-
 if TYPE_CHECKING:
     from .app import App, AsyncResult, Settings, Task
+    from .bootsteps import Condition, Step
+    from .hookspecs import hookimpl
+    from .options import OptionSpec, WorkerOptions
 
 __version__ = "0.1.0"
 
@@ -23,13 +22,27 @@ __all__ = [
     "hookimpl",
 ]
 
-_LAZY = {"App", "AsyncResult", "Settings", "Task"}
+# Each name is imported when first asked for: the tasks API pulls in kombu, which plugins that
+# only declare steps should not pay for, and ``workerctl`` turns the garbage collector off before
+# it imports the rest (see ``cli.run``).
+_HOME = {
+    "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
+    "Condition": "bootsteps", "Step": "bootsteps",
+    "hookimpl": "hookspecs",
+    "OptionSpec": "options", "WorkerOptions": "options",
+}
 
 
 def __getattr__(name: str) -> Any:
-    # The tasks API pulls in kombu; plugins that only declare steps should not pay for it.
-    if name in _LAZY:
-        from . import app
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'worker_core' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(app, name)
-    raise AttributeError(f"module 'worker_core' has no attribute {name!r}")
+    value = getattr(import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -1,5 +1,5 @@
 """``python -m worker_core`` is ``workerctl``."""
 
-from .cli import main
+from .cli import run
 
-main(prog_name="workerctl")
+run()

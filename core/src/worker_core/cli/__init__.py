@@ -1,5 +1,27 @@
 """``workerctl``: the command line."""
 
-from .main import main
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["main"]
+from . import collector
+
+if TYPE_CHECKING:
+    from .group import main
+
+__all__ = ["main", "run"]
+
+
+def run() -> None:
+    """The ``workerctl`` program. The garbage collector is off before the command group and the
+    rest of the worker are imported (see :mod:`.collector`)."""
+    with collector.paused():
+        from .group import main
+
+        main(prog_name="workerctl")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "main":
+        from .group import main
+
+        return main
+    raise AttributeError(f"module 'worker_core.cli' has no attribute {name!r}")

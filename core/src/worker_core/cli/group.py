@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-from . import collector
-
 __all__ = ["main"]
 
 COMMANDS = {
@@ -23,10 +21,6 @@ COMMANDS = {
 
 class _Commands(click.Group):
     """Loads a command's module on first use, so ``workerctl worker`` starts without the others."""
-
-    def main(self, *args: Any, **kwargs: Any) -> Any:
-        with collector.paused():
-            return super().main(*args, **kwargs)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
