@@ -282,6 +282,18 @@ def test_fair_scheduling_runs_short_jobs_while_a_long_one_runs(driver: str, rele
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
+def test_fair_scheduling_gives_each_job_to_the_child_idle_since_last(driver: str) -> None:
+    # One job at a time on an idle pool: the child that just finished takes the next, warm,
+    # rather than the one that has waited longest.
+    with run_pool(PoolOptions(concurrency=3, scheduling="fair"), driver) as runner:
+        warm = [runner.submit(jobs.sleep, (0.3,)) for _ in range(3)]
+        assert len({probe.wait().pid for probe in warm}) == 3  # every child is up and idle
+        pids = [runner.submit(jobs.whoami).wait().result[0] for _ in range(5)]
+        assert len(set(pids)) == 1, pids
+        runner.stop()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
 def test_fair_scheduling_hands_jobs_queued_behind_a_long_one_to_the_child_that_is_free(
         driver: str, release: str) -> None:
     """With every child busy, jobs are written behind running ones; once the job they wait for

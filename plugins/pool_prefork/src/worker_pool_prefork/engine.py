@@ -72,7 +72,9 @@ class Engine:
         self.max_tasks = options.max_tasks_per_child
         self.lock = threading.Lock()
         self.children: list[Child] = []
-        #: Ready children with nothing to do (fair scheduling), oldest-idle first.
+        #: Ready children with nothing to do (fair scheduling). The one idle since last goes
+        #: first: its memory and caches are warm and it has just been running, which shortens
+        #: the start of a task on a worker that is not busy.
         self.idle: deque[Child] = deque()
         #: Jobs waiting for a child, in submission order.
         self.outbound: deque[Job] = deque()
@@ -151,7 +153,7 @@ class Engine:
     def _idle_child(self) -> Child | None:
         idle = self.idle
         while idle:
-            child = idle.popleft()
+            child = idle.pop()
             child.idle_listed = False
             if not child.jobs and child.takes_jobs(self.max_tasks):
                 return child
