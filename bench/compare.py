@@ -165,7 +165,15 @@ class DramatiqProducer:
         getattr(self.module, name.split(".")[-1]).send(*args)
 
     def purge(self) -> None:
-        self.module.broker.flush(self.module.QUEUE)
+        import pika.exceptions
+
+        try:
+            self.module.broker.flush(self.module.QUEUE)
+        except pika.exceptions.AMQPError:
+            # Its connection sat unused while the other contenders ran (minutes when RabbitMQ
+            # stalls) and RabbitMQ closed it: a new one, then purge again.
+            del self.module.broker.connection  # its channel too; both are made again on use
+            self.module.broker.flush(self.module.QUEUE)
 
 
 class Producer:
