@@ -157,7 +157,7 @@ def prepare_child(parent_pid: int, slot: SignalSlot, close_fds: Iterable[int], *
     _reset_signals(slot)
     # What the child inherited is the parent's, shared page by page until written: frozen, the
     # child's own collections never write to it. The collector may have been off in the parent
-    # while the worker started (children fork before it is ready); the child collects its own.
+    # while the worker started (children fork before it consumes); the child collects its own.
     gc.freeze()
     gc.enable()
     if batch:
