@@ -162,6 +162,100 @@ def test_terminate_on_a_pool_that_cannot_stop_a_task_says_so_and_the_task_comple
     assert result.get(timeout=20) == 2
 
 
+#: Pools that hold back every report of a task's start until the test opens a gate: the task
+#: runs, but the worker has not heard of it yet (a revoke lands between the two).
+GATED_POOLS = """
+    import os
+    import threading
+    import time
+    from pathlib import Path
+
+    from worker_pool_prefork.pool import PreforkPool
+    from worker_pool_threads.pool import ThreadPool
+
+    GATE = Path(os.environ["GATE_DIR"])
+
+
+    def gated(report):
+        def held(pid, started):
+            (GATE / "held").write_text(str(pid))
+
+            def release():
+                while not (GATE / "open").exists():
+                    time.sleep(0.01)
+                report(pid, started)
+
+            threading.Thread(target=release, daemon=True).start()
+
+        return held
+
+
+    class GatedPrefork(PreforkPool):
+        def apply_async(self, target, args=(), kwargs=None, *, accept_callback=None, **options):
+            return super().apply_async(target, args, kwargs, accept_callback=gated(accept_callback),
+                                       **options)
+
+
+    class GatedThreads(ThreadPool):
+        def apply_async(self, target, args=(), kwargs=None, *, accept_callback=None, **options):
+            return super().apply_async(target, args, kwargs, accept_callback=gated(accept_callback),
+                                       **options)
+"""
+
+
+@pytest.fixture
+def gated(workers, embedded_broker, site, tmp_path):
+    site.add("worker-pool-gated", {"worker.pools": {"gated-prefork": "gated_pools:GatedPrefork",
+                                                    "gated-threads": "gated_pools:GatedThreads"}},
+             {"gated_pools": GATED_POOLS})
+    gate = tmp_path / "gate"
+    gate.mkdir()
+
+    def start(pool: str):
+        worker = workers.start("-c", "1", pool=pool, broker=embedded_broker,
+                               env={"PYTHONPATH": f"{site.root}:{TESTS}", "GATE_DIR": str(gate)})
+        return worker, gate
+
+    return start
+
+
+def _held_start(worker, gate, result) -> int:
+    """Wait until the task runs but its start is held back; the pid running it."""
+    wait_for(lambda: (gate / "held").exists(), message="the task to start")
+    assert _ask("query_task", ids=[result.id])[result.id][0] == "reserved"  # not heard of yet
+    return int((gate / "held").read_text())
+
+
+def test_terminate_as_the_task_starts_kills_its_process_once_the_start_is_reported(gated):
+    worker, gate = gated("gated-prefork")
+    result = basic.sleep.delay(30)
+    pid = _held_start(worker, gate, result)
+    # too late to take it back from the pool, too early to know its process: killed when it reports
+    assert _ask("terminate", signal="KILL", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    assert pid in children_of(worker.pid) and not result.ready()
+    (gate / "open").touch()
+    with pytest.raises(TaskRevokedError, match="terminated"):
+        result.get(timeout=10)
+    worker.wait_log(f"Task apps.basic.sleep[{result.id}] started after it was revoked with terminate: "
+                    f"stopping process {pid}")
+    wait_for(lambda: pid not in children_of(worker.pid) and len(children_of(worker.pid)) == 1,
+             message="the killed child to be replaced")
+    assert basic.add.delay(2, 5).get(timeout=20) == 7
+    assert _ask("query_task", ids=[result.id]) == {}
+
+
+def test_terminate_as_the_task_starts_on_a_pool_that_cannot_stop_it_warns_and_the_task_completes(gated):
+    worker, gate = gated("gated-threads")
+    result = basic.sleep.delay(0.5)
+    _held_start(worker, gate, result)
+    assert _ask("terminate", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    (gate / "open").touch()
+    assert result.get(timeout=20) == 0.5
+    worker.wait_log(f"Could not terminate apps.basic.sleep[{result.id}] (the threads pool cannot stop a "
+                    "running task")
+    assert basic.add.delay(2, 5).get(timeout=20) == 7
+
+
 @pytest.mark.parametrize(("arguments", "error"), [
     ({"task_id": 5}, "revoke: task_id must be a task id or a list of them (got 5)"),
     ({"task_id": []}, "revoke: task_id must be a task id or a list of them (got [])"),

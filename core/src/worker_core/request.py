@@ -149,6 +149,8 @@ class Request:
         self.worker_pid = pid
         self.time_start = time_accepted
         if self.terminate_signal is not None and not self.finished:
+            logger.info("Task %s started after it was revoked with terminate: stopping process %s",
+                        self.label, pid)
             try:
                 self.terminate(self.consumer.worker.pool, self.terminate_signal)
             except PoolError as exc:
