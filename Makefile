@@ -44,6 +44,7 @@ bench: venv
 	$(BIN)/python bench/amqp_ceiling.py --broker $(AMQP_BENCH)
 	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3
 	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P solo -c 1 --repeat 3
+	$(BIN)/python bench/import_floor.py
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
