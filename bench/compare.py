@@ -170,8 +170,8 @@ class DramatiqProducer:
         try:
             self.module.broker.flush(self.module.QUEUE)
         except pika.exceptions.AMQPError:
-            # Its connection sat unused while the other contenders ran (minutes when RabbitMQ
-            # stalls) and RabbitMQ closed it: a new one, then purge again.
+            # Its connection sat unused while the other contenders ran (minutes when a Celery
+            # drain stalls) and RabbitMQ closed it: a new one, then purge again.
             del self.module.broker.connection  # its channel too; both are made again on use
             self.module.broker.flush(self.module.QUEUE)
 
