@@ -7,24 +7,45 @@ between them, for this worker and Celery side by side (same messages, pool and c
 
 The queue is filled with ``--tasks`` no-op tasks while no worker runs, then a worker drains it;
 the driver reads the tasks' counters every half millisecond. A pause is a stretch of more than
-``--gap`` milliseconds (5) without a completed task: time the broker spends on itself, mostly
-writing the index of its persistent messages, which every consumer waits through alike.
-``--settle`` waits that many seconds between filling the queue and starting the worker;
-``--prefetch-multiplier`` gives both workers another window; ``--schedstat`` prints, for each of
-the worker's processes, the share of the drain it ran and the share it waited for a CPU
-(``/proc/<pid>/schedstat``).
+``--gap`` milliseconds (5) without a completed task. When RabbitMQ runs on this machine (a
+``beam.smp`` process), the last column is its CPU inside the pauses, in cores: about one when
+the broker is busy with itself and every consumer waits alike, about none when the consumer
+holds messages it has not handed on. ``--settle`` waits that many seconds between filling the
+queue and starting the worker; ``--prefetch-multiplier`` gives both workers another window;
+``--schedstat`` prints, for each of the worker's processes, the share of the drain it ran and
+the share it waited for a CPU (``/proc/<pid>/schedstat``).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import compare
-from compare import Producer, Sink, compile_sources, spawn, stop, tree
+from compare import TICKS, Producer, Sink, compile_sources, spawn, stop, tree
+
+
+def broker_pids() -> list[int]:
+    """The local RabbitMQ's ``beam.smp`` processes (none when it runs elsewhere)."""
+    found = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
+
+
+def broker_cpu(pids: list[int]) -> float:
+    """CPU seconds of the broker's processes (all their threads): one read each, cheap enough
+    for the polling loop."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime + stime
+    return total / TICKS
 
 
 def schedstat(pid: int) -> dict[int, tuple[int, int]]:
@@ -46,26 +67,33 @@ def drain(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer, l
     time.sleep(args.settle)
     sink.reset()
     process = spawn(kind, args, sink, log)
-    points: list[tuple[float, int]] = []
+    points: list[tuple[float, int, float]] = []
+    broker = broker_pids()
     try:
         sink.wait_count(1, 120)
         before = schedstat(process.pid)
         deadline = time.time() + 600
+        cpu, polls = broker_cpu(broker), 0
         while True:
             count = sink.count()
-            points.append((time.time(), count))
+            polls += 1
+            if polls % 4 == 0:  # every 2 ms: the CPU clock ticks every 10 ms anyway
+                cpu = broker_cpu(broker)
+            points.append((time.time(), count, cpu))
             if count >= args.tasks or time.time() > deadline:
                 break
             time.sleep(0.0005)
         after = schedstat(process.pid)
     finally:
         stop(process)
-    paused, last_time, last_count = 0.0, points[0][0], points[0][1]
-    for moment, count in points[1:]:
+    paused, broker_paused = 0.0, 0.0
+    last_time, last_count, last_cpu = points[0]
+    for moment, count, cpu in points[1:]:
         if count != last_count:
             if moment - last_time > args.gap / 1000:
                 paused += moment - last_time
-            last_time, last_count = moment, count
+                broker_paused += cpu - last_cpu
+            last_time, last_count, last_cpu = moment, count, cpu
     total = points[-1][0] - points[0][0]
     done = points[-1][1] - points[0][1]
     if args.schedstat:
@@ -75,7 +103,8 @@ def drain(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer, l
                       f"{(ran - before[pid][0]) / 1e9 / total:.0%}, waited for a CPU "
                       f"{(waited - before[pid][1]) / 1e9 / total:.0%} of the drain", file=sys.stderr)
     return {"rate": done / total, "paused": paused, "share": paused / total,
-            "between": done / (total - paused) if total > paused else float("nan")}
+            "between": done / (total - paused) if total > paused else float("nan"),
+            "broker": broker_paused / paused if broker and paused else float("nan")}
 
 
 def main() -> None:
@@ -111,10 +140,12 @@ def main() -> None:
     window = f"prefetch multiplier {args.prefetch_multiplier or 'default'}, settle {args.settle:g} s"
     print(f"\nbroker {args.broker}, pool {args.pool}, concurrency {args.concurrency}, {args.tasks} no-op "
           f"tasks, {window}, pauses over {args.gap:g} ms, median of {args.repeat} runs")
-    print(f"{'':34}{'tasks/s':>10}{'paused s':>10}{'paused':>8}{'tasks/s between pauses':>24}")
+    print(f"{'':34}{'tasks/s':>10}{'paused s':>10}{'paused':>8}{'tasks/s between pauses':>24}"
+          f"{'broker CPU in pauses':>22}")
     for kind, results in runs.items():
         m = {key: statistics.median(r[key] for r in results) for key in results[0]}
-        print(f"{kind:34}{m['rate']:>10.0f}{m['paused']:>10.2f}{m['share']:>8.0%}{m['between']:>24.0f}")
+        print(f"{kind:34}{m['rate']:>10.0f}{m['paused']:>10.2f}{m['share']:>8.0%}{m['between']:>24.0f}"
+              f"{m['broker']:>22.2f}")
 
 
 if __name__ == "__main__":
