@@ -15,24 +15,18 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import subprocess
 import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import amqp
-from compare import QUEUE, Producer, cpu_seconds
+from compare import QUEUE, Producer, broker_pids, cpu_seconds
 
 #: (name, prefetch count, acknowledge every N): a prefetch of 4 is a solo worker's window at the
 #: default multiplier, 8 a worker's with two processes
 MODES = (("no acks", 8, 0), ("ack each", 8, 1), ("ack every 4", 8, 4), ("ack every 2", 4, 2),
          ("ack every 4", 4, 4), ("ack every 32", 64, 32))
-
-
-def broker_pids() -> list[int]:
-    found = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found]
 
 
 def drain(url: str, count: int, prefetch: int, every: int) -> dict[str, float]:

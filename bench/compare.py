@@ -129,14 +129,26 @@ def tree(pid: int) -> list[int]:
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and the processes under it."""
+    return processes_cpu(tree(pid))
+
+
+def processes_cpu(pids: list[int]) -> float:
+    """CPU seconds of these processes (each with all its threads; gone ones count nothing)."""
     total = 0
-    for each in tree(pid):
+    for each in pids:
         try:
             fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
         total += int(fields[11]) + int(fields[12])  # utime + stime
     return total / TICKS
+
+
+def broker_pids() -> list[int]:
+    """The local RabbitMQ's ``beam.smp`` processes (none when it runs elsewhere)."""
+    found = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found]
 
 
 def pss_mib(pid: int) -> float:

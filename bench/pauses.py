@@ -20,32 +20,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import compare
-from compare import TICKS, Producer, Sink, compile_sources, spawn, stop, tree
-
-
-def broker_pids() -> list[int]:
-    """The local RabbitMQ's ``beam.smp`` processes (none when it runs elsewhere)."""
-    found = subprocess.run(["pgrep", "-x", "beam.smp"], capture_output=True, text=True).stdout.split()
-    return [int(pid) for pid in found]
-
-
-def broker_cpu(pids: list[int]) -> float:
-    """CPU seconds of the broker's processes (all their threads): one read each, cheap enough
-    for the polling loop."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime + stime
-    return total / TICKS
+from compare import Producer, Sink, broker_pids, compile_sources, processes_cpu, spawn, stop, tree
 
 
 def schedstat(pid: int) -> dict[int, tuple[int, int]]:
@@ -73,12 +53,12 @@ def drain(kind: str, args: argparse.Namespace, sink: Sink, producer: Producer, l
         sink.wait_count(1, 120)
         before = schedstat(process.pid)
         deadline = time.time() + 600
-        cpu, polls = broker_cpu(broker), 0
+        cpu, polls = processes_cpu(broker), 0
         while True:
             count = sink.count()
             polls += 1
             if polls % 4 == 0:  # every 2 ms: the CPU clock ticks every 10 ms anyway
-                cpu = broker_cpu(broker)
+                cpu = processes_cpu(broker)
             points.append((time.time(), count, cpu))
             if count >= args.tasks or time.time() > deadline:
                 break
