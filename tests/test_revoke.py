@@ -190,16 +190,18 @@ GATED_POOLS = """
         return held
 
 
-    class GatedPrefork(PreforkPool):
+    class Gated:
         def apply_async(self, target, args=(), kwargs=None, *, accept_callback=None, **options):
             return super().apply_async(target, args, kwargs, accept_callback=gated(accept_callback),
                                        **options)
 
 
-    class GatedThreads(ThreadPool):
-        def apply_async(self, target, args=(), kwargs=None, *, accept_callback=None, **options):
-            return super().apply_async(target, args, kwargs, accept_callback=gated(accept_callback),
-                                       **options)
+    class GatedPrefork(Gated, PreforkPool):
+        pass
+
+
+    class GatedThreads(Gated, ThreadPool):
+        pass
 """
 
 
