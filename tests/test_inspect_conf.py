@@ -7,17 +7,17 @@ from apps import basic
 from workers import TESTS
 
 from worker_core.control.client import broadcast
-from worker_core.control.commands import shown_setting
+from worker_core.redaction import redact_value
 
 
 def test_passwords_and_secret_looking_values_are_hidden():
-    shown = shown_setting("broker_url", "redis://:pw@h:6379/0;amqp://u:p@r//")
+    shown = redact_value("broker_url", "redis://:pw@h:6379/0;amqp://u:p@r//")
     assert shown == "redis://:**@h:6379/0;amqp://u:**@r//"
     options = {"sentinel_kwargs": {"password": "x"}, "visibility_timeout": 5, "api_token": "t"}
-    assert shown_setting("broker_transport_options", options) == {
+    assert redact_value("broker_transport_options", options) == {
         "sentinel_kwargs": {"password": "********"}, "visibility_timeout": 5, "api_token": "********"}
-    assert shown_setting("accept_content", ("json", "pickle")) == ["json", "pickle"]
-    assert shown_setting("result_expires", None) is None
+    assert redact_value("accept_content", ("json", "pickle")) == ["json", "pickle"]
+    assert redact_value("result_expires", None) is None
 
 
 def test_conf_lists_what_differs_from_the_defaults_or_everything(workers, embedded_broker):

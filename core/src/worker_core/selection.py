@@ -13,22 +13,12 @@ from .options import WorkerOptions, scheme_of
 from .plugins.entrypoints import PluginEntry
 from .plugins.manager import PluginManager
 
-__all__ = ["DEFAULT_BROKER", "Selection", "redact", "select"]
+__all__ = ["DEFAULT_BROKER", "Selection", "select"]
 
 logger = logging.getLogger("worker")
 
 #: The transport used when no broker URL is configured: needs no server.
 DEFAULT_BROKER = "embedded://"
-
-
-def redact(url: str) -> str:
-    """The URL with its password hidden, for banners and logs."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    credentials, _at, host = rest.rpartition("@")
-    user, colon, _password = credentials.partition(":")
-    return f"{scheme}://{user}{':**' if colon else ''}@{host}"
 
 
 @attrs.frozen

@@ -16,7 +16,7 @@ from ..app.broker import connection_for
 from ..app.settings import Settings
 from ..exceptions import ConnectionLostError
 from ..plugins.manager import PluginManager
-from ..selection import redact
+from ..redaction import redact_url
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -82,20 +82,20 @@ class Connector:
                 connection.release()
                 if not retry:
                     raise ConnectionLostError(
-                        f"cannot connect to {redact(url)}: {exc}; retrying is off "
+                        f"cannot connect to {redact_url(url)}: {exc}; retrying is off "
                         f"(broker_connection_retry{'_on_startup' if not self.connected_once else ''}=False)"
                     ) from exc
                 if max_retries is not None and retries >= max_retries:
                     raise ConnectionLostError(
-                        f"cannot connect to {redact(url)}: {exc}; gave up after {retries} retries "
+                        f"cannot connect to {redact_url(url)}: {exc}; gave up after {retries} retries "
                         f"(broker_connection_max_retries={max_retries})"
                     ) from exc
                 tried_in_cycle += 1
                 next_url = self.strategy.next(url)
                 if len(self.urls) > 1 and tried_in_cycle < len(self.urls):
                     logger.error("consumer: Cannot connect to %s: %s.\nWill retry using next failover.",
-                                 redact(url), exc)
-                    logger.warning("consumer: switching broker from %s to %s", redact(url), redact(next_url))
+                                 redact_url(url), exc)
+                    logger.warning("consumer: switching broker from %s to %s", redact_url(url), redact_url(next_url))
                     url = next_url
                     continue
                 tried_in_cycle = 0
@@ -103,16 +103,16 @@ class Connector:
                 retries += 1
                 limit = "inf" if max_retries is None else max_retries
                 logger.error("consumer: Cannot connect to %s: %s.\nTrying again in %.2f seconds... (%d/%s)",
-                             redact(url), exc, wait, retries, limit)
+                             redact_url(url), exc, wait, retries, limit)
                 if next_url != url:
-                    logger.warning("consumer: switching broker from %s to %s", redact(url), redact(next_url))
+                    logger.warning("consumer: switching broker from %s to %s", redact_url(url), redact_url(next_url))
                 url = next_url
                 if not self._sleep(wait, on_wait):
                     raise ConnectionLostError("stopped while waiting to reconnect to the broker") from exc
                 continue
             self.current = url
             if self.connected_once:
-                logger.info("Connected to %s", redact(url))
+                logger.info("Connected to %s", redact_url(url))
             self.connected_once = True
             return connection
 

@@ -20,7 +20,7 @@ from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
 from ..options import scheme_of
 from ..protocol import utcnow
-from ..selection import redact
+from ..redaction import redact_url
 from .connect import Connector
 from .handler import describe_message, make_handler, reject_invalid
 from .ratelimit import RateLimits
@@ -197,7 +197,7 @@ class Consumer:
             dropped = self._forget_unstarted()
             if dropped:
                 logger.warning("Dropped %d task(s) received from %s before switching brokers: that "
-                               "broker delivers them again", dropped, redact(self._received_from))
+                               "broker delivers them again", dropped, redact_url(self._received_from))
         self._received_from = None
         self._connection_errors = (
             *self.connection.recoverable_connection_errors, *self.connection.recoverable_channel_errors
@@ -343,7 +343,7 @@ class Consumer:
             return
         if self.connector.answers(preferred):
             logger.warning("consumer: broker %s answers again; moving back to it from %s",
-                           redact(preferred), redact(current))
+                           redact_url(preferred), redact_url(current))
             self._switch_to = preferred
 
     def _switch_broker(self) -> None:
@@ -688,5 +688,5 @@ class Consumer:
             "waiting": len(self.ready),
             "in_pool": self.inflight,
             "eta_held": len(self.eta_held),
-            "broker": self.connector.current,
+            "broker": redact_url(self.connector.current) if self.connector.current else None,
         }

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..bootsteps import Step
-from ..selection import redact
+from ..redaction import redact_url
 
 if TYPE_CHECKING:
     from ..options import WorkerOptions
@@ -25,7 +25,7 @@ class ConnectionStep(Step["Consumer"]):
     slot = "transport"
 
     def describe(self, options: WorkerOptions) -> str:
-        return "broker " + " ; ".join(redact(url) for url in options.brokers)
+        return "broker " + " ; ".join(redact_url(url) for url in options.brokers)
 
     def start(self, consumer: Consumer) -> None:
         consumer.connect()

@@ -18,17 +18,16 @@ import attrs
 
 from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
-from ..protocol import safe_repr
 from ..rates import parse_rate
 from ..results.disabled import DisabledBackend
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
-from ..selection import redact
+from ..redaction import redact_value
 
 if TYPE_CHECKING:
     from ..request import Request
     from ..worker.worker import Worker
 
-__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "shown_setting", "signal_number"]
+__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "signal_number"]
 
 logger = logging.getLogger("worker.control")
 
@@ -153,33 +152,13 @@ def cancel_consumer(worker: Worker, queue: Any = None, **_celery: Any) -> dict[s
     return ok(f"no longer consuming from {queue}")
 
 
-#: setting names, and keys inside settings, whose values ``conf`` never shows
-_SECRET_WORDS = ("password", "secret", "token", "key", "credential")
-
-
-def shown_setting(name: str, value: Any) -> Any:
-    """A setting as ``conf`` shows it: JSON-able, passwords in URLs and secret-looking values
-    hidden."""
-    if isinstance(value, str) and "://" in value:
-        return ";".join(redact(part) for part in value.split(";"))
-    if any(word in name.lower() for word in _SECRET_WORDS) and value not in (None, "", {}):
-        return "********"
-    if isinstance(value, Mapping):
-        return {str(key): shown_setting(str(key), item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [shown_setting(name, item) for item in value]
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return safe_repr(value)
-
-
 def conf(worker: Worker, with_defaults: bool = False, **_celery: Any) -> dict[str, Any]:
     """The app's settings that differ from the defaults (all of them ``with_defaults``), as
     Celery's ``conf`` lists them, with secrets hidden."""
     from ..app.settings import Settings
 
     settings, defaults = worker.app.settings, Settings()
-    return {name: shown_setting(name, getattr(settings, name)) for name in Settings.names()
+    return {name: redact_value(name, getattr(settings, name)) for name in Settings.names()
             if with_defaults or getattr(settings, name) != getattr(defaults, name)}
 
 

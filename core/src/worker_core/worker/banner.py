@@ -6,7 +6,7 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
-from ..selection import redact
+from ..redaction import redact_url
 
 if TYPE_CHECKING:
     from ..app.base import App
@@ -41,9 +41,9 @@ def banner(app: App, plan: Plan, plugins: PluginManager, app_spec: str | None) -
         f"worker {_version()} ({platform.python_implementation()} {platform.python_version()}) "
         f"{options.hostname} pid {os.getpid()}",
         f"  app        {app_spec or app.main or '-'}",
-        f"  transport  {' ; '.join(redact(url) for url in plan.selection.broker_urls)}"
+        f"  transport  {' ; '.join(redact_url(url) for url in plan.selection.broker_urls)}"
         f"  [{implementations['transport']}]",
-        f"  results    {redact(plan.selection.result_url)}  [{implementations['result_backend']}]",
+        f"  results    {redact_url(plan.selection.result_url)}  [{implementations['result_backend']}]",
         f"  pool       {size}, {options.scheduling} scheduling  [{implementations['pool']}]",
         f"  loop       {implementations['loop']}",
         f"  queues     {', '.join(options.queues)}",
