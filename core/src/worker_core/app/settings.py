@@ -61,6 +61,16 @@ def _strings(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         )
 
 
+def _command_names(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None and (
+        not isinstance(value, tuple) or not value or not all(isinstance(item, str) and item for item in value)
+    ):
+        raise ConfigurationError(
+            f"setting {attribute.name!r} must be None (every command) or a non-empty list of command "
+            f"names, for example ['ping', 'stats', 'inspect'] (got {value!r})"
+        )
+
+
 def _name(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, str) and (not value or value != value.strip()):
         raise ConfigurationError(
@@ -114,6 +124,11 @@ class Settings:
     broker_heartbeat: float = attrs.field(default=120.0, validator=_check(NUMBER, minimum=0))
     broker_heartbeat_checkrate: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0.1))
     broker_failover_strategy: str = attrs.field(default="round-robin", validator=_check(str))
+    #: TLS for the broker connection: True, or the transport's TLS arguments (Redis:
+    #: ``ssl_cert_reqs``, ``ssl_ca_certs``, ...; AMQP: ``ca_certs``, ``cert_reqs``,
+    #: ``server_hostname``, ...), as in Celery
+    broker_use_ssl: bool | Mapping[str, Any] | None = attrs.field(
+        default=None, converter=_to_dict, validator=_check((bool, dict), optional=True))
     #: seconds between checks whether a preferred broker answers again (failover "priority")
     broker_failback_interval: float = attrs.field(default=5.0, validator=_check(NUMBER, minimum=0.1))
 
@@ -125,6 +140,9 @@ class Settings:
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                                      validator=_check(dict))
+    #: TLS arguments for a Redis result backend (``ssl_cert_reqs``, ``ssl_ca_certs``, ...), as in Celery
+    redis_backend_use_ssl: Mapping[str, Any] | None = attrs.field(default=None, converter=_to_dict,
+                                                                  validator=_check(dict, optional=True))
 
     # -- tasks and messages
     task_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
@@ -170,6 +188,25 @@ class Settings:
     worker_state_db: str | None = attrs.field(default=None, validator=_check(str, optional=True))
     #: ignore every task's ``rate_limit``
     worker_disable_rate_limits: bool = attrs.field(default=False, validator=_check(bool))
+    #: answer remote-control commands at all (off: no control queue, no replies), as in Celery
+    worker_enable_remote_control: bool = attrs.field(default=True, validator=_check(bool))
+    #: the remote-control commands this worker answers (names, or "inspect" for every read-only
+    #: command and "control" for every command that changes the worker); None answers them all
+    worker_remote_control_allow: tuple[str, ...] | None = attrs.field(
+        default=None, converter=_to_tuple, validator=_command_names)
+
+    # -- message signing (Celery's ``auth`` serializer)
+    #: the PEM private key that signs messages sent with ``task_serializer='auth'``
+    security_key: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the password of ``security_key``, if it is encrypted
+    security_key_password: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the PEM certificate of ``security_key``, named in every signed message
+    security_certificate: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the trusted certificates (a directory, a file or a glob pattern) that signed messages are
+    #: verified against
+    security_cert_store: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the digest signatures use (a name from ``cryptography.hazmat.primitives.hashes``)
+    security_digest: str = attrs.field(default="sha256", validator=[_check(str), _name])
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -198,14 +235,9 @@ def _from_text(name: str, text: str) -> Any:
     """Convert an environment variable's text to the setting's type."""
     field = attrs.fields_dict(Settings)[name]
     kind = str(field.type)
-    if "bool" in kind and "int" not in kind:
-        lowered = text.strip().lower()
-        if lowered in _TRUE:
-            return True
-        if lowered in _FALSE:
-            return None if "None" in kind and lowered == "" else False
-        raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be true or false (got {text!r})")
-    if kind.startswith("Mapping"):
+    if text.strip() == "" and "None" in kind:
+        return None
+    if "Mapping" in kind and (kind.startswith("Mapping") or text.lstrip().startswith("{")):
         try:
             value = json.loads(text)
         except ValueError:
@@ -213,10 +245,16 @@ def _from_text(name: str, text: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a JSON object (got {text!r})")
         return value
+    if "bool" in kind and "int" not in kind:
+        lowered = text.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+        also = " or a JSON object" if "Mapping" in kind else ""
+        raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be true or false{also} (got {text!r})")
     if kind.startswith("tuple"):
         return _to_tuple(text)
-    if text.strip() == "" and "None" in kind:
-        return None
     if kind.startswith("int"):
         try:
             return int(text)
