@@ -122,14 +122,24 @@ def _timelimit(headers: Mapping[str, Any]) -> tuple[float | None, float | None]:
         ) from None
 
 
+#: content types whose decoding runs code the sender chose (pickle): never advised
+UNSAFE = frozenset({"application/x-python-serialize"})
+
+
+def _disallowed(content_type: str, accept: frozenset[str]) -> str:
+    accepted = ", ".join(sorted(accept))
+    if content_type in UNSAFE:
+        # Decoding it runs whatever code the sender chose: it is not something to switch on.
+        return f"content type {content_type!r} is not accepted (accepted: {accepted})"
+    return (f"content type {content_type!r} is not accepted (accepted: {accepted}); add its serializer "
+            f"to the accept_content setting to allow it")
+
+
 def _decode_body(body: Any, content_type: str | None, content_encoding: str | None,
                  accept: frozenset[str], max_size: int) -> Any:
     content_type = content_type or JSON
     if content_type not in accept:
-        raise ContentDisallowed(
-            f"content type {content_type!r} is not accepted (accepted: {', '.join(sorted(accept))}); "
-            f"add its serializer to the accept_content setting to allow it"
-        )
+        raise ContentDisallowed(_disallowed(content_type, accept))
     size = len(body) if isinstance(body, (bytes, bytearray, memoryview, str)) else 0
     if size > max_size:
         raise ProtocolError(

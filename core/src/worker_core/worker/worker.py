@@ -34,6 +34,16 @@ OBSERVER_HOOKS = (
 )
 
 
+def _warn_about_unsafe_content(accept_content: tuple[str, ...]) -> None:
+    if {"pickle", "application/x-python-serialize"} & set(accept_content):
+        logger.warning(
+            "accept_content includes pickle: a pickled message runs whatever code its sender put in "
+            "it, in this worker's processes, as soon as it is decoded. Anyone who can publish to the "
+            "broker can then run code here. Accept pickle only when every producer is trusted and the "
+            "broker is locked down; json (the default) carries data only."
+        )
+
+
 class Worker:
     """Runs the worker blueprint for one app and one plan.
 
@@ -76,6 +86,7 @@ class Worker:
     def start(self) -> None:
         """Start every step; returns once the worker has stopped (warm or cold)."""
         execution.install(self.app, self._process_init)
+        _warn_about_unsafe_content(self.app.settings.accept_content)
         if self.options.statedb:
             try:
                 loaded = self.revoked.load(self.options.statedb)
