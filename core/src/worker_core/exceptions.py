@@ -7,6 +7,7 @@ __all__ = [
     "ConfigurationError",
     "ConnectionLostError",
     "ContentDisallowed",
+    "DecodeError",
     "Ignore",
     "JobWithdrawn",
     "MaxRetriesExceededError",
@@ -23,6 +24,7 @@ __all__ = [
     "ResultError",
     "ResultTimeout",
     "Retry",
+    "SecurityError",
     "SoftTimeLimitExceeded",
     "StepConflictError",
     "StepCycleError",
@@ -115,6 +117,14 @@ class ProtocolError(WorkerError, ValueError):
 
 class ContentDisallowed(ProtocolError):
     """A message's content type is not in the accepted list."""
+
+
+class DecodeError(ProtocolError):
+    """A message's body cannot be decoded with its content type and encoding."""
+
+
+class SecurityError(ProtocolError):
+    """A signed message's signature is missing, made by an unknown certificate, or wrong."""
 
 
 class TaskError(WorkerError):

@@ -1,6 +1,6 @@
 """Reading task messages: protocol v2 (and v1 bodies), checked header by header.
 
-Every problem raises :class:`ProtocolError` (or :class:`ContentDisallowed`) whose message says
+Every problem raises :class:`ProtocolError` (or its :class:`ContentDisallowed` and :class:`DecodeError`) whose message says
 which header or part is wrong and what was received, so the worker can reject the message with
 one log line and go on.
 """
@@ -14,7 +14,7 @@ from typing import Any
 import attrs
 from kombu.serialization import loads as kombu_loads
 
-from ..exceptions import ContentDisallowed, ProtocolError
+from ..exceptions import ContentDisallowed, DecodeError, ProtocolError
 from .fastjson import loads as json_loads
 from .message import safe_repr
 from .times import parse_iso
@@ -154,9 +154,11 @@ def _decode_body(body: Any, content_type: str | None, content_encoding: str | No
             body, content_type, content_encoding or "utf-8", accept=accept
         )
     except RecursionError:
-        raise ProtocolError(f"body cannot be decoded as {content_type}: nested too deeply") from None
+        raise DecodeError(f"body cannot be decoded as {content_type}: nested too deeply") from None
+    except ProtocolError:
+        raise  # a serializer that already says what is wrong (a signature that does not verify)
     except Exception as exc:
-        raise ProtocolError(
+        raise DecodeError(
             f"body cannot be decoded as {content_type}: {type(exc).__name__}: {exc}"
         ) from None
 

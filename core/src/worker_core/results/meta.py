@@ -62,6 +62,11 @@ _WIRE_NAMES: dict[type[BaseException], tuple[str, str]] = {
     errors.Retry: ("celery.exceptions", "Retry"),
     errors.Reject: ("celery.exceptions", "Reject"),
     errors.Ignore: ("celery.exceptions", "Ignore"),
+    # refused messages
+    errors.ProtocolError: ("celery.exceptions", "InvalidTaskError"),
+    errors.ContentDisallowed: ("kombu.exceptions", "ContentDisallowed"),
+    errors.DecodeError: ("kombu.exceptions", "DecodeError"),
+    errors.SecurityError: ("celery.exceptions", "SecurityError"),
 }
 _FROM_WIRE = {wire: ours for ours, wire in _WIRE_NAMES.items()}
 
