@@ -267,19 +267,10 @@ class Consumer:
     # -- Control step ----------------------------------------------------------------------------
 
     def start_control(self) -> None:
-        from kombu.exceptions import InconsistencyError
-
-        from ..control.node import ControlNode
+        from ..control.node import start_node
 
         assert self.connection is not None
-        try:
-            self.control = ControlNode(self.worker, self.connection, self.worker.control_commands())
-        except InconsistencyError:
-            logger.error(
-                "Remote control is off for this worker: another worker named %s already listens on "
-                "this broker. Give each worker a unique name with -n NAME@%%h", self.hostname,
-            )
-            self.control = None
+        self.control = start_node(self.worker, self.connection, announce=not self.restart_count)
 
     def stop_control(self) -> None:
         control, self.control = self.control, None

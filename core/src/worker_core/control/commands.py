@@ -19,9 +19,9 @@ import attrs
 from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
 from ..rates import parse_rate
+from ..redaction import redact_value
 from ..results.disabled import DisabledBackend
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
-from ..redaction import redact_value
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -386,6 +386,10 @@ def heartbeat(worker: Worker, **_celery: Any) -> None:
 
 
 def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
+    """Stop warmly. Asked again while stopping, it does nothing: a second stop request turns a
+    warm shutdown cold, which kills running tasks, and a remote sender may not do that."""
+    if worker.stopping:
+        return ok("already shutting down")
     worker.request_stop()
     return ok("shutting down")
 

@@ -1,5 +1,6 @@
-"""The worker's end of remote control: a pidbox node on its own channel, answering commands in
-the event loop's thread; a malformed request gets a log line, never an exception."""
+"""The worker's end of remote control: a pidbox node on its own channel, answering the commands
+allowed in the event loop's thread, with an audit line for each that changes the worker; a
+malformed request gets a log line, never an exception."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..options import did_you_mean
+from .access import Access
+from .audit import log_command, log_refused, sender_of
 from .commands import Command
 from .mailbox import mailbox
 
 if TYPE_CHECKING:
     from ..worker.worker import Worker
 
-__all__ = ["ControlNode"]
+__all__ = ["ControlNode", "start_node"]
 
 logger = logging.getLogger("worker.control")
 
@@ -36,13 +39,28 @@ class _Handlers(dict[str, Any]):
 class ControlNode:
     """Listens on ``<hostname>.celery.pidbox`` (bound to the ``celery.pidbox`` fanout exchange)."""
 
-    def __init__(self, worker: Worker, connection: Any, commands: Mapping[str, Command]) -> None:
+    def __init__(self, worker: Worker, connection: Any, commands: Mapping[str, Command],
+                 access: Access) -> None:
         self.worker = worker
+        self.access = access
+        #: who sent the message being handled (kombu calls the handlers with the worker only)
+        self._sender = ""
         self.channel = connection.channel()
-        handlers = _Handlers({name: command.handler for name, command in commands.items()})
+        handlers = _Handlers({name: self._handler(command) for name, command in commands.items()})
         self.node = mailbox()(connection).Node(worker.hostname, state=worker, channel=self.channel,
                                                handlers=handlers)
         self.consumer = self.node.listen(callback=self.on_message)
+
+    def _handler(self, command: Command) -> Any:
+        def handle(worker: Worker, **arguments: Any) -> Any:
+            if not self.access.permits(command.name):
+                log_refused(command.name, arguments, self._sender)
+                return {"error": self.access.refusal(command)}
+            if command.kind == "control":
+                log_command(command.name, arguments, self._sender)
+            return command.handler(worker, **arguments)
+
+        return handle
 
     def on_message(self, body: Any, message: Any) -> None:
         if not isinstance(body, dict):
@@ -59,10 +77,13 @@ class ControlNode:
                          destination)
             return
         logger.debug("control command %s %r", method, arguments)
+        self._sender = sender_of(body, message)
         try:
             self.node.handle_message(body, message)
         except Exception:
             logger.exception("control command %r failed", method)
+        finally:
+            self._sender = ""
 
     def close(self) -> None:
         try:
@@ -73,3 +94,25 @@ class ControlNode:
             self.channel.close()
         except Exception as exc:
             logger.debug("error closing the control channel: %r", exc)
+
+
+def start_node(worker: Worker, connection: Any, *, announce: bool) -> ControlNode | None:
+    """The worker's node, answering the commands ``worker_remote_control_allow`` allows (None when
+    another worker of the same name listens already). ``announce`` logs which, at the first start.
+
+    :raise ConfigurationError: the setting names a command that does not exist.
+    """
+    from kombu.exceptions import InconsistencyError
+
+    commands = worker.control_commands()
+    access = Access.from_setting(worker.app.settings.worker_remote_control_allow, commands)
+    if announce and access.allow is not None:
+        logger.info("Remote control answers %s (worker_remote_control_allow)", access.summary())
+    try:
+        return ControlNode(worker, connection, commands, access)
+    except InconsistencyError:
+        logger.error(
+            "Remote control is off for this worker: another worker named %s already listens on "
+            "this broker. Give each worker a unique name with -n NAME@%%h", worker.hostname,
+        )
+        return None
