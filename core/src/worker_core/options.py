@@ -164,6 +164,8 @@ class WorkerOptions:
     )
     scheduling: str = attrs.field(default="fair", validator=_one_of("-O", SCHEDULING))
     statedb: str | None = attrs.field(default=None, validator=lambda _i, _a, value: _state_file(value))
+    #: answer remote-control commands (``worker_enable_remote_control``); off leaves out the Control step
+    remote_control: bool = True
     blocked_plugins: tuple[str, ...] = ()
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 

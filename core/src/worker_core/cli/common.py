@@ -286,6 +286,7 @@ def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
         max_tasks_per_child=settings.worker_max_tasks_per_child,
         max_memory_per_child=settings.worker_max_memory_per_child,
         statedb=settings.worker_state_db,
+        remote_control=settings.worker_enable_remote_control,
         failover=settings.broker_failover_strategy,
         queues=(settings.task_default_queue,),
     )

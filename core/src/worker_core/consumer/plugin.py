@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from ..bootsteps import Step
 from ..hookspecs import hookimpl
+
+logger = logging.getLogger("worker.control")
 
 
 @hookimpl
@@ -15,3 +18,11 @@ def worker_bootsteps(blueprint: str) -> list[Step[Any]]:
     from .steps import CONSUMER_STEPS
 
     return list(CONSUMER_STEPS())
+
+
+@hookimpl
+def worker_init(worker: Any) -> None:
+    # The Control step is simply left out: say so, or a silent ping would look like a dead worker.
+    if not worker.options.remote_control:
+        logger.warning("Remote control is off (worker_enable_remote_control is False): no control queue, "
+                       "no reply to inspect or control commands, ping included; events are sent as usual")

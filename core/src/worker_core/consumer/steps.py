@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..bootsteps import Step
+from ..bootsteps import Condition, Step
 from ..redaction import redact_url
 
 if TYPE_CHECKING:
@@ -55,7 +55,9 @@ class ControlStep(Step["Consumer"]):
     """Answers remote-control commands (``workerctl inspect``/``control``, ``celery inspect``)."""
 
     name = "Control"
-    requires = ("Tasks",)
+    # Before Tasks: a worker whose allow-list names no command stops before it takes any task.
+    requires = ("Connection",)
+    condition = Condition("worker_enable_remote_control is on", lambda options: options.remote_control)
     label = "remote control: ping, stats, active, autoscale, pool_grow, shutdown, ..."
 
     def start(self, consumer: Consumer) -> None:
