@@ -126,8 +126,16 @@ def _timelimit(headers: Mapping[str, Any]) -> tuple[float | None, float | None]:
 UNSAFE = frozenset({"application/x-python-serialize"})
 
 
+#: the content type of signed messages (Celery's ``auth`` serializer)
+SIGNED = "application/data"
+
+
 def _disallowed(content_type: str, accept: frozenset[str]) -> str:
     accepted = ", ".join(sorted(accept))
+    if accept == {SIGNED}:
+        return (f"content type {content_type!r} is not accepted: this worker only accepts signed messages "
+                f"(accept_content=['auth']); the sender must sign them with task_serializer='auth', "
+                f"security_key and security_certificate")
     if content_type in UNSAFE:
         # Decoding it runs whatever code the sender chose: it is not something to switch on.
         return f"content type {content_type!r} is not accepted (accepted: {accepted})"
@@ -158,6 +166,8 @@ def _decode_body(body: Any, content_type: str | None, content_encoding: str | No
     except ProtocolError:
         raise  # a serializer that already says what is wrong (a signature that does not verify)
     except Exception as exc:
+        if exc.args and isinstance(exc.args[0], ProtocolError):
+            raise exc.args[0] from None  # the same, wrapped by kombu's loads in its DecodeError
         raise DecodeError(
             f"body cannot be decoded as {content_type}: {type(exc).__name__}: {exc}"
         ) from None
