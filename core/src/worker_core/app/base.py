@@ -22,6 +22,8 @@ from .settings import Settings, check_names, from_object, settings_from
 from .task import Task
 
 if TYPE_CHECKING:
+    from ..signing.serializer import SignedSerializer
+
     # Inside App the name AsyncResult is the method, so annotations there use this alias.
     from .result import AsyncResult as _AsyncResult
 
@@ -95,6 +97,8 @@ class App:
         self._backend: Any = None
         self._backend_pid = 0
         self._local = threading.local()
+        self._signer: SignedSerializer | None = None
+        self._signed_body_serializer = "json"
         _track_for_fork(self)
 
     # -- settings ----------------------------------------------------------------------------
@@ -283,6 +287,10 @@ class App:
             # kombu's JSON, on the C encoder when the values allow it
             kwargs.update(content_type="application/json", content_encoding="utf-8")
             body = json_dumps(body)
+        elif serializer == "auth":
+            # signed with this app's own key, whichever app last registered kombu's "auth"
+            content_type, content_encoding, body = self._signing().dumps(body)
+            kwargs.update(content_type=content_type, content_encoding=content_encoding)
         else:
             kwargs["serializer"] = serializer
         state.producer.publish(
@@ -291,6 +299,42 @@ class App:
             retry_policy=PUBLISH_RETRY_POLICY, **kwargs,
         )
         state.declared.add(queue)
+
+    # -- signing -----------------------------------------------------------------------------------
+
+    def setup_security(self, allowed_serializers: Sequence[str] | None = None, key: str | None = None,
+                       key_password: str | None = None, cert: str | None = None, store: str | None = None,
+                       digest: str | None = None, serializer: str | None = None) -> None:
+        """Set up signed messages (Celery's name and arguments): ``key``, ``key_password``,
+        ``cert``, ``store`` and ``digest`` replace the ``security_*`` settings when given,
+        ``serializer`` is the signed body's (json). The files are read and checked now and the
+        ``auth`` serializer is registered with kombu (one per process, as in Celery);
+        ``allowed_serializers``, when given, disables kombu's other decoders as Celery does.
+
+        :raise ConfigurationError: a setting is missing, or a file cannot be read or used.
+        """
+        from .. import signing
+
+        given = {"security_key": key, "security_key_password": key_password, "security_certificate": cert,
+                 "security_cert_store": store, "security_digest": digest}
+        changes = {name: value for name, value in given.items() if value is not None}
+        if changes:
+            self.conf.update(changes)
+        if serializer is not None:
+            self._signed_body_serializer = serializer
+        if allowed_serializers is not None:  # before "auth" is registered, as in Celery
+            from kombu.serialization import disable_insecure_serializers
+
+            disable_insecure_serializers(list(allowed_serializers))
+        self._signer = signing.setup(self.settings, [task.serializer for task in self.tasks.values()],
+                                     inner=self._signed_body_serializer)
+
+    def _signing(self) -> SignedSerializer:
+        if self._signer is None or self._signer.key is None:
+            from .. import signing
+
+            self._signer = signing.setup(self.settings, ["auth"], inner=self._signed_body_serializer)
+        return self._signer
 
     def _reset_connections(self) -> None:
         state = self._local
@@ -302,6 +346,7 @@ class App:
                 pass
         self._local = threading.local()
         self._backend = None
+        self._signer = None  # the settings may name other files now
 
     def close(self) -> None:
         """Release this thread's broker connection and the result backend."""

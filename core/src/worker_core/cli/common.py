@@ -269,15 +269,20 @@ def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
     """Load the app named by ``-A`` and the worker defaults its settings give.
 
     ``WORKER_*`` variables are checked first, so a bad one is named as such rather than as a
-    failed import; the serializers are checked once the module (and whatever it registers) is in.
+    failed import; the serializers are checked once the module (and whatever it registers) is in,
+    the ``auth`` serializer among them when the settings sign or verify messages.
     """
+    from .. import signing
     from ..app.loader import load_app
     from ..app.settings import check_environment, check_serializers
 
     check_environment()
     app = load_app(spec)
     settings = app.settings
-    check_serializers(settings, {name: task.serializer for name, task in app.tasks.items()})
+    task_serializers = {name: task.serializer for name, task in app.tasks.items()}
+    if signing.is_used(settings, task_serializers.values()):
+        app.setup_security()
+    check_serializers(settings, task_serializers)
     defaults = WorkerOptions(
         app=spec,
         pool=settings.worker_pool,
