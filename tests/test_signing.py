@@ -441,6 +441,23 @@ def test_a_celery_client_signs_and_our_worker_verifies_and_runs_it(
         timeout=20) == {"é": [1, None]}
 
 
+AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def test_a_celery_client_signs_over_rabbitmq_and_our_worker_verifies_and_runs_it(
+        workers, pki: Pki, redis12: str, queue: str, celery_signing_client: Any) -> None:
+    require_server(5672, "RabbitMQ")
+    celery_signing_client.conf.broker_url = AMQP_URL
+    try:
+        workers.start("-Q", queue, broker=AMQP_URL, backend=redis12, env=verifying_env(pki))
+        assert celery_signing_client.send_task("apps.basic.add", (2, 3), queue=queue).get(timeout=20) == 5
+    finally:
+        workers.cleanup()  # RabbitMQ keeps queues: delete this one once no worker declares it again
+        with kombu.Connection(AMQP_URL) as connection:
+            connection.default_channel.queue_delete(queue)
+            connection.default_channel.exchange_delete(queue)
+
+
 def test_our_client_signs_and_a_celery_worker_verifies_and_runs_it(
         workers, pki: Pki, redis12: str, queue: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CELERY_SECURITY_KEY", str(pki.good.key))
