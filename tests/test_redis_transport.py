@@ -144,14 +144,15 @@ def test_dead_workers_messages_are_looked_for_at_every_check_unless_configured()
     assert chosen.connection_options()["transport_options"]["unacked_restore_throttle"] == 5
 
 
-def test_rediss_without_ssl_options_encrypts_without_verifying_as_kombu_does() -> None:
-    plain = RedisTransport("rediss://redis.example.com:6380/0", Settings())
-    assert plain.connection_options()["ssl"] == {"ssl_cert_reqs": "none"}
+def test_rediss_without_ssl_cert_reqs_is_refused_and_verified_with_it() -> None:
+    # the whole of TLS is in test_tls.py; this is the transport's side of it
+    with pytest.raises(ConfigurationError, match="uses TLS but ssl_cert_reqs is not set"):
+        RedisTransport("rediss://redis.example.com:6380/0", Settings())
     verified = RedisTransport("rediss://redis.example.com:6380/0", Settings(
-        broker_transport_options={"ssl": {"ssl_cert_reqs": "required", "ssl_ca_certs": "/ca.pem"}}))
-    assert verified.connection_options()["ssl"] == {"ssl_cert_reqs": "required", "ssl_ca_certs": "/ca.pem"}
+        broker_transport_options={"ssl": {"ssl_cert_reqs": "required"}}))
+    assert verified.connection_options()["ssl"] == {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
     in_url = RedisTransport("rediss://redis.example.com:6380/0?ssl_cert_reqs=required", Settings())
-    assert "ssl" not in in_url.connection_options()  # kombu reads it from the URL
+    assert in_url.connection_options()["ssl"] == {"ssl_cert_reqs": "required", "ssl_check_hostname": True}
 
 
 def test_the_package_exports_the_transport_and_the_backend() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from kombu.utils import encoding as _encoding
 from kombu.utils import json as _json
 
 from worker_core.exceptions import ResultError, ResultTimeout
+from worker_core.redaction import redact_url
 from worker_core.results.meta import READY_STATES, make_meta, pending_meta
 
 from .backend_options import check_backend
@@ -38,6 +40,16 @@ def _decode(value: bytes | str) -> dict[str, Any]:
     if not isinstance(meta, dict):
         raise ValueError(f"a stored result must be a JSON object (got {type(meta).__name__})")
     return meta
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (redis-py wraps the socket's error) comes from a certificate check."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class _Connected:
@@ -66,7 +78,8 @@ class RedisBackend:
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
-        self.config = check_backend(url, settings.result_backend_transport_options)
+        self.config = check_backend(url, settings.result_backend_transport_options,
+                                    settings.redis_backend_use_ssl)
         self.expires = settings.result_expires
         self.extended = settings.result_extended
         self._lock = threading.Lock()
@@ -148,7 +161,8 @@ class RedisBackend:
                     try:
                         connected = self._connected = _Connected(self.config.pool())
                     except (ValueError, TypeError) as exc:
-                        raise ResultError(f"cannot use the result backend {self.url!r}: {exc}") from exc
+                        raise ResultError(
+                            f"cannot use the result backend {redact_url(self.url)!r}: {exc}") from exc
         return connected
 
     def _read(self, task_id: str) -> dict[str, Any] | None:
@@ -179,6 +193,9 @@ class RedisBackend:
             try:
                 return call(connected)
             except connected.errors as exc:
+                if _certificate_refused(exc):
+                    raise ResultError(f"cannot {action} in Redis ({self.config.scheme}): {exc} (the server's "
+                                      f"certificate was refused; retrying does not change that)") from exc
                 if retries >= policy["max_retries"]:
                     raise ResultError(f"cannot {action} in Redis ({self.config.scheme}): {exc}") from exc
                 retries += 1

@@ -1,5 +1,6 @@
-"""The Redis result backend's URL and ``result_backend_transport_options``: checked once, and
-turned into a redis-py connection pool (plain, TLS, or the master found through Sentinel)."""
+"""The Redis result backend's URL, ``result_backend_transport_options`` and
+``redis_backend_use_ssl``: checked once, and turned into a redis-py connection pool (plain, TLS,
+or the master found through Sentinel)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from urllib.parse import unquote, urlsplit
 
 from worker_core.exceptions import ConfigurationError
 from worker_core.options import did_you_mean
+from worker_core.redaction import redact_url
+
+from .tls import TLS, backend_tls, without_tls_query
 
 __all__ = ["BackendConfig", "check_backend"]
 
@@ -29,10 +33,11 @@ _EXAMPLE = "redis://:password@127.0.0.1:6379/1"
 class BackendConfig:
     """What the backend needs to connect: the pool factory's arguments, checked."""
 
-    def __init__(self, url: str, options: Mapping[str, Any]) -> None:
+    def __init__(self, url: str, options: Mapping[str, Any], tls: TLS | None = None) -> None:
         self.url = url
         self.scheme = url.partition("://")[0].lower()
         self.options = dict(options)
+        self.tls = tls
         prefix = str(self.options.get("global_keyprefix") or "")
         # Celery separates the prefix from the key with "_" unless it already ends in a separator.
         if prefix and prefix[-1] not in ":_-.":
@@ -47,8 +52,13 @@ class BackendConfig:
         """A new redis-py connection pool (imports redis-py)."""
         import redis
 
+        tls = dict(self.tls.arguments) if self.tls is not None else {}
         if self.scheme != "sentinel":
-            return redis.ConnectionPool.from_url(self.url, **self.connection)
+            if not tls:
+                return redis.ConnectionPool.from_url(self.url, **self.connection)
+            # redis:// with redis_backend_use_ssl is TLS too, as in Celery
+            return redis.ConnectionPool.from_url(without_tls_query(self.url), **self.connection, **tls,
+                                                 connection_class=redis.SSLConnection)
         from redis.sentinel import Sentinel
 
         sentinels: list[tuple[str, int]] = []
@@ -68,27 +78,32 @@ class BackendConfig:
         sentinel = Sentinel(
             sentinels, min_other_sentinels=self.options.get("min_other_sentinels", 0),
                             sentinel_kwargs=self.options.get("sentinel_kwargs"), **self.connection)
+        if tls:
+            master.update(tls, ssl=True)  # the master's connections; the sentinels' are sentinel_kwargs
         client = sentinel.master_for(self.options["master_name"], **master)
         return client.connection_pool
 
 
-def check_backend(url: str, options: Mapping[str, Any]) -> BackendConfig:
-    """Check a result backend URL and its options; bad ones raise ConfigurationError."""
+def check_backend(url: str, options: Mapping[str, Any],
+                  use_ssl: Mapping[str, Any] | None = None) -> BackendConfig:
+    """Check a result backend URL, its options and its TLS arguments (``redis_backend_use_ssl``);
+    bad ones raise ConfigurationError."""
     scheme = url.partition("://")[0].lower()
     if scheme not in ("redis", "rediss", "sentinel"):
-        raise ConfigurationError(f"result backend URL {url!r} is not a Redis URL; for example {_EXAMPLE}")
+        raise ConfigurationError(f"result backend URL {redact_url(url)!r} is not a Redis URL; for example "
+                                 f"{_EXAMPLE}")
     for part in url.split(";"):
         try:
             parsed = urlsplit(part.strip())
             parsed.port  # noqa: B018 (raises ValueError for a bad port)
         except ValueError as exc:
-            raise ConfigurationError(f"result backend URL {part!r} is malformed ({exc}); for example "
-                                     f"{_EXAMPLE}") from None
+            raise ConfigurationError(f"result backend URL {redact_url(part)!r} is malformed ({exc}); "
+                                     f"for example {_EXAMPLE}") from None
         path = parsed.path.strip("/")
         if path and not path.isdigit():
             raise ConfigurationError(
-                f"result backend URL {part!r} names database {path!r}: the path must be the database "
-                f"number; for example {_EXAMPLE}"
+                f"result backend URL {redact_url(part)!r} names database {path!r}: the path must be the "
+                f"database number; for example {_EXAMPLE}"
             )
     for name in options:
         if name not in KNOWN:
@@ -113,4 +128,4 @@ def check_backend(url: str, options: Mapping[str, Any]) -> BackendConfig:
             "a sentinel:// result backend needs the master's name: set result_backend_transport_options="
             "{'master_name': 'mymaster'}"
         )
-    return BackendConfig(url, options)
+    return BackendConfig(url, options, backend_tls(url, scheme, use_ssl))

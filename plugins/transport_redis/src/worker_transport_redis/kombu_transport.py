@@ -49,6 +49,11 @@ class Transport(redis.Transport):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cycle = MultiChannelPoller()
+        # The TLS arguments the worker resolved from every source (RedisTransport): kombu keeps
+        # only the URL's ssl_* parameters when there are any.
+        resolved = self.client.transport_options.get("ssl")
+        if resolved is not None:
+            self.client.ssl = dict(resolved)
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         """kombu's registration, except that each loop turn adds the Redis sockets to the hub

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from worker_core.exceptions import ConfigurationError
 from worker_core.options import did_you_mean
+from worker_core.redaction import redact_url, redact_value
 
 __all__ = ["DEFAULT_FETCH_LIMIT", "SCHEMES", "check_options", "check_urls"]
 
@@ -96,15 +97,18 @@ def _queue_order(name: str, value: Any) -> Any:
 
 
 def _ssl(name: str, value: Any) -> Any:
+    # the arguments themselves are checked with the URL's and broker_use_ssl (see .tls)
+    if isinstance(value, bool):
+        return value
     if not isinstance(value, Mapping) or not all(isinstance(key, str) for key in value):
-        raise _bad(name, value, "a mapping of redis-py SSL arguments", {"ssl_cert_reqs": "required",
-                   "ssl_ca_certs": "/etc/ssl/certs/ca.pem"})
+        raise _bad(name, value, "True, False or a mapping of redis-py SSL arguments",
+                   {"ssl_cert_reqs": "required", "ssl_ca_certs": "/etc/ssl/certs/ca.pem"})
     return dict(value)
 
 
 def _bad(name: str, value: Any, expected: str, example: Any) -> ConfigurationError:
     return ConfigurationError(
-        f"broker transport option {name!r} must be {expected} (got {value!r} that is a "
+        f"broker transport option {name!r} must be {expected} (got {redact_value(name, value)!r} that is a "
         f"{type(value).__name__}); for example broker_transport_options={{{name!r}: {example!r}}}"
     )
 
@@ -147,27 +151,28 @@ def _check_url(url: str, scheme: str) -> None:
     given, sep, _ = url.partition("://")
     if not sep or given.lower() not in SCHEMES:
         raise ConfigurationError(
-            f"broker URL {url!r} is not a Redis URL: the scheme must be one of "
+            f"broker URL {redact_url(url)!r} is not a Redis URL: the scheme must be one of "
             f"{', '.join(SCHEMES)}; for example {example}"
         )
     if given.lower() != scheme:
         raise ConfigurationError(
-            f"broker URL {url!r} mixes schemes ({scheme!r} and {given.lower()!r}) in one "
+            f"broker URL {redact_url(url)!r} mixes schemes ({scheme!r} and {given.lower()!r}) in one "
             f"';'-separated list; for example {example}"
         )
     try:
         parsed = urlsplit(url)
         port = parsed.port
     except ValueError as exc:
-        raise ConfigurationError(f"broker URL {url!r} is malformed ({exc}); for example {example}") from None
+        raise ConfigurationError(
+            f"broker URL {redact_url(url)!r} is malformed ({exc}); for example {example}") from None
     if port is not None and not 0 < port < 65536:
         raise ConfigurationError(
-            f"broker URL {url!r} has port {port}, outside 1-65535; for example {example}"
+            f"broker URL {redact_url(url)!r} has port {port}, outside 1-65535; for example {example}"
         )
     path = parsed.path.strip("/")
     if path and not path.isdigit():
         raise ConfigurationError(
-            f"broker URL {url!r} names database {path!r}: the path must be the database number "
+            f"broker URL {redact_url(url)!r} names database {path!r}: the path must be the database number "
             f"(0-15 on a default server); for example {example}"
         )
 

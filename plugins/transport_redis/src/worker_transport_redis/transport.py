@@ -3,13 +3,12 @@ Redis transport, with batched fetches and acknowledgements on Celery's exact wir
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from worker_core.exceptions import TransportError
 
 from .options import check_options, check_urls
+from .tls import TLS, broker_tls
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -18,15 +17,14 @@ if TYPE_CHECKING:
 
 __all__ = ["RedisTransport"]
 
-logger = logging.getLogger(__name__)
-
 
 class RedisTransport:
     """Queues are Redis lists named as Celery names them (``celery``, ``celery\\x06\\x163``, ...),
     unacknowledged messages live in kombu's ``unacked`` hash, so Celery workers can share them.
 
     ``broker_transport_options`` are kombu's Redis options, plus ``fetch_limit`` (the most
-    messages one round trip takes, 100) and ``ssl`` (redis-py SSL arguments for ``rediss://``).
+    messages one round trip takes, 100) and ``ssl`` (redis-py SSL arguments, as ``broker_use_ssl``).
+    TLS (``rediss://``, or ``broker_use_ssl``) needs ``ssl_cert_reqs``: see :mod:`.tls`.
     """
 
     supports_async: ClassVar[bool] = True
@@ -43,7 +41,7 @@ class RedisTransport:
         self.url = url
         self.scheme, self.urls = check_urls(url)
         options = check_options(self.scheme, settings.broker_transport_options)
-        self.ssl: Mapping[str, Any] | None = options.pop("ssl", None)
+        self.tls: TLS | None = broker_tls(url, self.scheme, settings.broker_use_ssl, options.pop("ssl", None))
         self.options = options
 
     def __repr__(self) -> str:
@@ -51,8 +49,11 @@ class RedisTransport:
 
     def info(self) -> dict[str, Any]:
         """What ``workerctl inspect`` shows about the broker."""
-        return {"transport": "redis", "scheme": self.scheme,
-                **{name: value for name, value in self.options.items() if "password" not in name}}
+        shown = {"transport": "redis", "scheme": self.scheme,
+                 **{name: value for name, value in self.options.items() if "password" not in name}}
+        if self.tls is not None:
+            shown["ssl"] = self.tls.info()
+        return shown
 
     def kombu_transport(self) -> type:
         from .kombu_transport import SentinelTransport, Transport  # imports kombu's Redis transport
@@ -66,15 +67,11 @@ class RedisTransport:
         # a scan is one ZRANGE, so scan at every check.
         transport_options.setdefault("unacked_restore_throttle", 1)
         options: dict[str, Any] = {"transport_options": transport_options}
-        if self.ssl is not None:
-            options["ssl"] = dict(self.ssl)
-        elif self.scheme == "rediss" and "ssl_" not in self.url:
-            # What kombu does for rediss:// without SSL options (it only does it for its own
-            # 'rediss' alias, not for a transport class): encrypt, but do not verify.
-            logger.warning("Secure redis scheme specified (rediss) with no ssl options, defaulting to "
-                           "insecure SSL behaviour. Set broker_transport_options={'ssl': "
-                           "{'ssl_cert_reqs': 'required', 'ssl_ca_certs': ...}} to verify the server.")
-            options["ssl"] = {"ssl_cert_reqs": "none"}
+        if self.tls is not None:
+            # kombu lets ssl_* parameters in the URL replace Connection(ssl=...) whole; the kombu
+            # transport puts back the arguments resolved from every source (see kombu_transport)
+            options["ssl"] = dict(self.tls.arguments)
+            transport_options["ssl"] = dict(self.tls.arguments)
         return options
 
     def queue_depth(self, connection: Connection, queue: str) -> int:
