@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import select
 import socket
+import ssl
 import struct
 import time
 import uuid
@@ -112,7 +113,7 @@ def redelivered(settings: Settings, queue: kombu.Queue, count: int) -> list[Any]
     ("redis://127.0.0.1:5672//", {}, "not an AMQP URL"),
     ("amqp://127.0.0.1//", {"confirm_publish": "yes"}, "'confirm_publish' must be True or False"),
     ("amqp://127.0.0.1//", {"read_timout": 5}, "Did you mean 'read_timeout'?"),
-    ("amqp://127.0.0.1//", {"ssl": "on"}, "'ssl' must be True or a mapping"),
+    ("amqp://127.0.0.1//", {"ssl": "on"}, "'ssl' must be True, False or a mapping"),
 ])
 def test_bad_urls_and_options_are_refused_with_an_example(
         url: str, options: dict[str, Any], expected: str) -> None:
@@ -125,10 +126,12 @@ def test_connection_options_carry_heartbeat_tls_and_py_amqp_arguments() -> None:
     from worker_transport_amqp import kombu_transport as pyamqp
 
     transport = AmqpTransport("amqps://user:pw@rabbit.example.com:5671/vhost", Settings(
-        broker_transport_options={"ssl": {"ca_certs": "/ca.pem"}, "confirm_publish": True}))
+        broker_transport_options={"ssl": {"cert_reqs": ssl.CERT_REQUIRED}, "confirm_publish": True}))
     assert transport.kombu_transport() is pyamqp.SSLTransport
-    assert transport.connection_options() == {"heartbeat": 120.0, "ssl": {"ca_certs": "/ca.pem"},
-                                              "transport_options": {"confirm_publish": True}}
+    # the host name is checked by default (the whole of TLS is in test_tls.py)
+    assert transport.connection_options() == {
+        "heartbeat": 120.0, "transport_options": {"confirm_publish": True},
+        "ssl": {"cert_reqs": ssl.CERT_REQUIRED, "server_hostname": "rabbit.example.com"}}
     plain = AmqpTransport(URL, Settings(broker_heartbeat=0))
     assert plain.kombu_transport() is pyamqp.Transport
     assert plain.connection_options() == {"heartbeat": 0.0, "transport_options": {}}

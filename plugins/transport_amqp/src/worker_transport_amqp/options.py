@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 from worker_core.exceptions import ConfigurationError
 from worker_core.options import did_you_mean
+from worker_core.redaction import redact_url, redact_value
 
 __all__ = ["SCHEMES", "check_options", "check_urls"]
 
@@ -43,18 +44,18 @@ def check_urls(url: str) -> tuple[str, list[str]]:
         given, sep, _ = part.partition("://")
         if not sep or given.lower() not in SCHEMES:
             raise ConfigurationError(
-                f"broker URL {part!r} is not an AMQP URL: the scheme must be one of {', '.join(SCHEMES)}; "
-                f"for example {_EXAMPLE} (or {_TLS_EXAMPLE} for TLS)"
+                f"broker URL {redact_url(part)!r} is not an AMQP URL: the scheme must be one of "
+                f"{', '.join(SCHEMES)}; for example {_EXAMPLE} (or {_TLS_EXAMPLE} for TLS)"
             )
         try:
             port = urlsplit(part).port
         except ValueError as exc:
             raise ConfigurationError(
-                f"broker URL {part!r} is malformed ({exc}); for example {_EXAMPLE}"
+                f"broker URL {redact_url(part)!r} is malformed ({exc}); for example {_EXAMPLE}"
             ) from None
         if port is not None and not 0 < port < 65536:
-            raise ConfigurationError(f"broker URL {part!r} has port {port}, outside 1-65535; for example "
-                                     f"{_EXAMPLE}")
+            raise ConfigurationError(f"broker URL {redact_url(part)!r} has port {port}, outside 1-65535; "
+                                     f"for example {_EXAMPLE}")
     return scheme, parts
 
 
@@ -76,13 +77,14 @@ def check_options(given: Mapping[str, Any]) -> dict[str, Any]:
         if name == "client_properties" and not isinstance(value, Mapping):
             raise _bad(name, value, "a mapping", {"connection_name": "worker@host"})
         if name == "ssl" and not isinstance(value, (bool, Mapping)):
-            raise _bad(name, value, "True or a mapping of ssl.SSLContext / wrap_socket arguments",
-                       {"ca_certs": "/etc/ssl/certs/ca.pem", "cert_reqs": 2})
+            # the arguments themselves are checked with broker_use_ssl (see .tls)
+            raise _bad(name, value, "True, False or a mapping of py-amqp SSL arguments",
+                       {"ca_certs": "/etc/ssl/certs/ca.pem"})
     return dict(given)
 
 
 def _bad(name: str, value: Any, expected: str, example: Any) -> ConfigurationError:
     return ConfigurationError(
-        f"broker transport option {name!r} must be {expected} (got {value!r} that is a "
+        f"broker transport option {name!r} must be {expected} (got {redact_value(name, value)!r} that is a "
         f"{type(value).__name__}); for example broker_transport_options={{{name!r}: {example!r}}}"
     )

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from .options import check_options, check_urls
+from .tls import TLS, broker_tls
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -25,7 +25,8 @@ class AmqpTransport:
 
     ``broker_transport_options`` are py-amqp's connection arguments (``confirm_publish``,
     ``client_properties``, ``read_timeout``, ...), kombu's reconnect schedule, and ``ssl``
-    (``True`` or SSL arguments, as kombu's ``Connection(ssl=...)``).
+    (``True`` or SSL arguments, as ``broker_use_ssl``). Over TLS the server's certificate and
+    host name are checked unless turned off explicitly: see :mod:`.tls`.
     """
 
     supports_async: ClassVar[bool] = True
@@ -42,7 +43,7 @@ class AmqpTransport:
         self.url = url
         self.scheme, self.urls = check_urls(url)
         options = check_options(settings.broker_transport_options)
-        self.ssl: bool | Mapping[str, Any] | None = options.pop("ssl", None)
+        self.tls: TLS | None = broker_tls(url, self.scheme, settings.broker_use_ssl, options.pop("ssl", None))
         self.options = options
         #: Seconds between heartbeats (0: off); py-amqp agrees the smaller one with the server.
         self.heartbeat = float(settings.broker_heartbeat)
@@ -53,17 +54,17 @@ class AmqpTransport:
     def info(self) -> dict[str, Any]:
         """What ``workerctl inspect`` shows about the broker."""
         return {"transport": "amqp", "scheme": self.scheme, "heartbeat": self.heartbeat,
-                "ssl": bool(self.ssl) or self.scheme == "amqps"}
+                "ssl": self.tls.info() if self.tls is not None else False}
 
     def kombu_transport(self) -> type:
         from .kombu_transport import SSLTransport, Transport  # imports kombu's py-amqp transport
 
-        return SSLTransport if self.scheme == "amqps" or bool(self.ssl) else Transport
+        return SSLTransport if self.tls is not None else Transport
 
     def connection_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"heartbeat": self.heartbeat, "transport_options": dict(self.options)}
-        if self.ssl is not None:
-            options["ssl"] = dict(self.ssl) if isinstance(self.ssl, Mapping) else self.ssl
+        if self.tls is not None:
+            options["ssl"] = dict(self.tls.arguments)  # a copy each time: kombu writes into it
         return options
 
     def queue_depth(self, connection: Connection, queue: str) -> int:
