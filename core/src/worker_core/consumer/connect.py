@@ -95,7 +95,8 @@ class Connector:
                 if len(self.urls) > 1 and tried_in_cycle < len(self.urls):
                     logger.error("consumer: Cannot connect to %s: %s.\nWill retry using next failover.",
                                  redact_url(url), exc)
-                    logger.warning("consumer: switching broker from %s to %s", redact_url(url), redact_url(next_url))
+                    logger.warning("consumer: switching broker from %s to %s", redact_url(url),
+                                   redact_url(next_url))
                     url = next_url
                     continue
                 tried_in_cycle = 0
@@ -105,7 +106,8 @@ class Connector:
                 logger.error("consumer: Cannot connect to %s: %s.\nTrying again in %.2f seconds... (%d/%s)",
                              redact_url(url), exc, wait, retries, limit)
                 if next_url != url:
-                    logger.warning("consumer: switching broker from %s to %s", redact_url(url), redact_url(next_url))
+                    logger.warning("consumer: switching broker from %s to %s", redact_url(url),
+                                   redact_url(next_url))
                 url = next_url
                 if not self._sleep(wait, on_wait):
                     raise ConnectionLostError("stopped while waiting to reconnect to the broker") from exc

@@ -22,8 +22,9 @@ from ..options import scheme_of
 from ..protocol import utcnow
 from ..redaction import redact_url
 from .connect import Connector
-from .handler import describe_message, make_handler, reject_invalid
+from .handler import make_handler
 from .ratelimit import RateLimits
+from .refusal import describe_message, refuse_undecodable
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -230,9 +231,9 @@ class Consumer:
         queues = [task_queue(name, self.app.settings) for name in self.worker.queues]
         self.task_consumer = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             channel, queues=queues, on_message=self._handler, no_ack=False,
-            # kombu could not even build the message (a bad 'compression' header): reject it
-            on_decode_error=lambda message, exc: reject_invalid(
-                self, message, f"kombu cannot decode it: {type(exc).__name__}: {exc}"),
+            # the transport or kombu could not build the message (a bad envelope or body
+            # encoding, a 'compression' header kombu cannot undo): refuse it
+            on_decode_error=lambda message, exc: refuse_undecodable(self, message, exc),
         )
         prefetch = self._initial_prefetch or self.max_prefetch
         self._initial_prefetch = None
