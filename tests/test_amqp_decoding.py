@@ -28,7 +28,13 @@ from test_amqp_transport import connect
 from workers import drain
 
 from worker_transport_amqp import delivery
-from worker_transport_amqp.decoding import Content, FrameHandler, decode_basic_properties, deliver_arguments
+from worker_transport_amqp.decoding import (
+    Content,
+    FrameHandler,
+    UnreadableProperties,
+    decode_basic_properties,
+    deliver_arguments,
+)
 from worker_transport_amqp.delivery import MAX_DEPTH, next_delivery_python
 from worker_transport_amqp.reading import BufferedTCPTransport
 
@@ -467,8 +473,10 @@ def test_every_table_type_is_read_as_py_amqp_reads_it_or_left_to_python(
     expected = frame_by_frame(buffer)
     try:
         theirs = decode_properties_basic(frames[1][2], 12)[0]
-    except Exception:  # text that is not UTF-8 in a short string, a timestamp out of range
-        assert isinstance(expected, str)
+    except Exception as exc:  # text that is not UTF-8 in a short string, a timestamp out of range
+        # The delivery still goes on, with no properties and the reason, to be rejected.
+        assert not isinstance(expected, str) and isinstance(expected[8], UnreadableProperties)
+        assert expected[8] == {} and type(exc).__name__ in expected[8].reason
         assert next_delivery_python(buffer) is None and c_version()(buffer) is None
         return
     assert same(expected[8], theirs)

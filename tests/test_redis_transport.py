@@ -607,18 +607,22 @@ def test_a_failing_consumer_callback_puts_the_rest_of_its_batch_back_first_in_li
     assert got == [0, 1, 2, 3, 4, 5]
 
 
-def test_malformed_messages_are_dropped_with_a_log_line_and_the_rest_flows(
-        broker: Broker, caplog: pytest.LogCaptureFixture) -> None:
-    queue, got = new_queue(), []
+def test_malformed_envelopes_reach_the_decode_error_callback_and_the_rest_flows(broker: Broker) -> None:
+    # Not JSON, and JSON without a delivery tag: neither can be built into a message, and both
+    # used to stop the consumer; kombu's decode-error callback gets each, with the reason.
+    queue, got, refused = new_queue(), [], []
     with broker.connect() as connection:
         broker.raw.lpush(broker.key(queue.name), b"not json at all", json.dumps({"properties": {}}))
         publish(connection, queue, 1)
-        with caplog.at_level(logging.ERROR):
-            consume(connection, [queue], lambda message: (got.append(message.payload["n"]), message.ack()))
-            drain(connection, lambda: len(got) == 1)
+        consumer = consume(connection, [queue],
+                           lambda message: (got.append(message.payload["n"]), message.ack()))
+        consumer.on_decode_error = lambda message, exc: (refused.append(str(exc)), message.reject())
+        drain(connection, lambda: len(got) == 1 and len(refused) == 2)
     assert got == [0]
-    assert caplog.text.count("has no delivery tag") == 2
+    assert any("its envelope is not JSON" in reason for reason in refused), refused
+    assert any("its envelope has no delivery tag" in reason for reason in refused), refused
     assert broker.raw.llen(broker.key(queue.name)) == 0
+    assert broker.raw.zcard(broker.key("unacked_index")) == 0
 
 
 class PersistentRedis(RedisServer):

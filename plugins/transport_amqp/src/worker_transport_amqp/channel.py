@@ -35,7 +35,9 @@ from amqp.exceptions import RecoverableConnectionError
 from kombu import message as kombu_message
 from kombu.transport import pyamqp as _pyamqp
 
-from .decoding import BASIC_DELIVER, FrameHandler, content_of, deliver_arguments
+from worker_core.exceptions import ProtocolError
+
+from .decoding import BASIC_DELIVER, FrameHandler, UnreadableProperties, content_of, deliver_arguments
 from .delivery import Delivery
 from .reading import BufferedTCPTransport, dispatch_frames
 
@@ -61,6 +63,9 @@ class DeliveredMessage(pyamqp.Message):  # type: ignore[misc]
 
     def __init__(self, channel: Any, body: Any, properties: dict[str, Any],
                  delivery_info: dict[str, Any]) -> None:
+        if isinstance(properties, UnreadableProperties):
+            # kombu's consumer hands it to the worker's decode-error callback, which rejects it
+            self.errors = [(ProtocolError, ProtocolError(properties.reason), None)]
         kombu_message.Message.__init__(
             self, body=body, channel=channel, delivery_tag=delivery_info["delivery_tag"],
             content_type=properties.get("content_type"), content_encoding=properties.get("content_encoding"),

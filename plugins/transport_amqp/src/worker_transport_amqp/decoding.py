@@ -24,8 +24,8 @@ from amqp.exceptions import UnexpectedFrame
 from amqp.serialization import PROPERTY_CLASSES, _read_item, decode_properties_basic
 from amqp.spec import Basic
 
-__all__ = ["BASIC_DELIVER", "Content", "FrameHandler", "content_of", "decode_basic_properties",
-           "decode_properties", "deliver_arguments"]
+__all__ = ["BASIC_DELIVER", "Content", "FrameHandler", "UnreadableProperties", "content_of",
+           "decode_basic_properties", "decode_properties", "deliver_arguments"]
 
 _UINT = struct.Struct(">I").unpack_from
 _INT = struct.Struct(">i").unpack_from
@@ -137,6 +137,15 @@ def decode_basic_properties(buf: bytes, offset: int) -> tuple[dict[str, Any], in
         return decode_properties_basic(buf, offset)  # type: ignore[no-any-return]
 
 
+class UnreadableProperties(dict[str, Any]):
+    """The properties of a delivered message whose content header could not be decoded: none,
+    and why (the channel hands the message to the consumer as one to reject)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
 class Content(Message):  # type: ignore[misc]
     """py-amqp's message, for the methods py-amqp's own code handles (see :class:`FrameHandler`)."""
 
@@ -238,7 +247,16 @@ class FrameHandler:
         body: Any
         if kind == 2:
             class_id, size = _CONTENT_HEADER(buf, 0)
-            content.properties = decode_properties(class_id, buf, 12)
+            try:
+                content.properties = decode_properties(class_id, buf, 12)
+            except Exception as exc:
+                if content.method != BASIC_DELIVER:
+                    raise
+                # A publisher's malformed properties (RabbitMQ passes text that is not UTF-8
+                # through): the delivery goes on, to be rejected with the reason, instead of the
+                # error stopping the connection and the message coming back after every restart.
+                content.properties = UnreadableProperties(
+                    f"its properties cannot be decoded ({type(exc).__name__}: {exc})")
             if size:
                 content.size = size
                 expected[channel] = 3

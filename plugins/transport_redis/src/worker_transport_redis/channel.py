@@ -31,7 +31,7 @@ from redis.exceptions import NoScriptError
 
 from worker_core.protocol.fastjson import dumps as fast_dumps
 from worker_core.protocol.fastjson import loads as fast_loads
-from worker_core.transports.message import Message
+from worker_core.transports.message import Message, Unreadable, envelope_problem, fresh_tag, tag_problem
 
 from .acks import AckBuffer, owe
 from .options import DEFAULT_FETCH_LIMIT
@@ -82,8 +82,9 @@ class Channel(redis.Channel):  # type: ignore[misc]
         #: Whether the queues may hold messages: a fetch (non-blocking) is tried, else BRPOP.
         self._maybe_ready = True
         self._fetch: _Fetch | None = None
-        #: Fetched and recorded as unacked, not yet handed to the consumer.
-        self._undelivered: deque[tuple[str, dict[str, Any]]] = deque()
+        #: Fetched, not yet handed to the consumer: the queue, the envelope (or what makes it
+        #: unreadable) and the tag the fetch recorded it under (None: not recorded).
+        self._undelivered: deque[tuple[str, Any, str | None]] = deque()
         conninfo = self.connection.client
         self.ack_location: Hashable = (
             conninfo.hostname, conninfo.port, str(conninfo.virtual_host), self.global_keyprefix,
@@ -282,17 +283,14 @@ class Channel(redis.Channel):  # type: ignore[misc]
             raw = bytes_to_str(reply[position + 2])
             queue = queues[(abs(index) - 1) % nqueues]
             self._queue_cycle.rotate(queue)
-            if index < 0:
-                logger.error("Dropped a message from queue %r that has no delivery tag (not a kombu "
-                             "message, so it cannot be acknowledged): %.300r", queue, raw)
+            if index > 0:  # recorded as unacked under the tag the script read
+                self._undelivered.append((queue, _read(raw, queue, tag), tag))
                 continue
-            try:
-                payload = loads(raw)
-            except ValueError as exc:
-                logger.error("Dropped a message from queue %r that is not JSON (%s): %.300r", queue, exc, raw)
-                self.qos._remove_from_indices(tag).execute()
-                continue
-            self._undelivered.append((queue, payload))
+            # The script found no tag, and recorded nothing: nothing can acknowledge it.
+            payload = _read(raw, queue, None)
+            reason = payload.reason if isinstance(payload, Unreadable) else (
+                "Redis could not read its delivery tag, so it was not recorded as unacknowledged")
+            self._undelivered.append((queue, Unreadable(reason, fresh_tag(), queue), None))
         return len(reply) // 3
 
     def _deliver_fetched(self) -> None:
@@ -300,8 +298,8 @@ class Channel(redis.Channel):  # type: ignore[misc]
         qos = self.qos
         pending = self._undelivered
         while pending and not self._closing:
-            queue, payload = pending.popleft()
-            qos.prebooked = payload["properties"]["delivery_tag"]
+            queue, payload, recorded = pending.popleft()
+            qos.prebooked = payload.delivery_tag if isinstance(payload, Unreadable) else recorded
             try:
                 deliver(payload, queue)
             except BaseException:
@@ -314,13 +312,22 @@ class Channel(redis.Channel):  # type: ignore[misc]
         """Put back, first in line, the fetched messages a failing consumer callback left."""
         pending = self._undelivered
         while pending:
-            _, payload = pending.pop()  # the last taken goes back first: order is kept
-            tag = payload["properties"]["delivery_tag"]
+            _, payload, recorded = pending.pop()  # the last taken goes back first: order is kept
+            if isinstance(payload, Unreadable):
+                self._drop_unreadable(payload)
+                continue
             try:
-                self.qos.restore_by_tag(tag)
+                self.qos.restore_by_tag(recorded)
             except Exception as exc:
                 logger.error("Could not restore message %s (%r); it comes back after the visibility "
-                             "timeout (%ss)", tag, exc, self.visibility_timeout)
+                             "timeout (%ss)", recorded, exc, self.visibility_timeout)
+
+    def _drop_unreadable(self, unreadable: Unreadable) -> None:
+        """Reject an unreadable message the consumer will not see (the channel is closing, or a
+        callback failed): restored, it would come back as the same unreadable message."""
+        logger.error("Rejected message delivery %s from queue %s: %s", unreadable.delivery_tag,
+                     unreadable.queue, unreadable.reason)
+        self.acks.add(unreadable.delivery_tag)
 
     def _read_ack_reply(self) -> bool:
         """Read the reply of the acknowledgements sent before the BRPOP; False if the BRPOP's
@@ -366,13 +373,16 @@ class Channel(redis.Channel):  # type: ignore[misc]
         queue = key.rsplit(self.sep, 1)[0]
         self._queue_cycle.rotate(queue)
         self._maybe_ready = True
-        payload = loads(bytes_to_str(item))
-        if self._batching and self._script_loaded:
+        payload = _read(bytes_to_str(item), queue, None)
+        if isinstance(payload, Unreadable):
+            # Nothing records it (no fetch books it): the consumer rejects it, and that is all.
+            self.qos.prebooked = payload.delivery_tag
+        elif self._batching and self._script_loaded:
             # Record it (and look for more) with a fetch sent now, before delivering: the record
             # reaches Redis as soon as kombu's would, without a round trip before the delivery.
             queues = list(self._queue_cycle.consume(len(self.active_queues))) or [queue]
-            tag = _tag(payload)
-            self._send_fetch(queues, max(self._room() - 1, 0), [item], frozenset([tag] if tag else []))
+            tag = payload["properties"]["delivery_tag"]
+            self._send_fetch(queues, max(self._room() - 1, 0), [item], frozenset([tag]))
             self.qos.prebooked = tag
         try:
             self.connection._deliver(payload, queue)
@@ -385,11 +395,10 @@ class Channel(redis.Channel):  # type: ignore[misc]
         if not booked:
             return
         with self.conn_or_acquire() as client, client.pipeline() as pipe:
-            for item in booked:
+            for item in booked:  # (only envelopes _read accepted are booked)
                 payload = loads(bytes_to_str(item))
-                tag, info = _tag(payload), payload["properties"].get("delivery_info") or {}
-                if tag is None:
-                    continue
+                tag, info = payload["properties"]["delivery_tag"], payload["properties"].get("delivery_info")
+                info = info if isinstance(info, dict) else {}
                 pipe.zadd(self.unacked_index_key, {tag: time()})
                 entry = [payload, info.get("exchange"), info.get("routing_key")]
                 pipe.hset(self.unacked_key, tag, dumps(entry))
@@ -399,10 +408,13 @@ class Channel(redis.Channel):  # type: ignore[misc]
 
     def before_restore(self) -> None:
         """Called by the QoS just before it restores unacknowledged messages (on close)."""
-        self._flush_acks_or_owe()
         while self._undelivered:
-            _, payload = self._undelivered.popleft()
-            self.qos.track(self.Message(payload, channel=self))
+            _, payload, _recorded = self._undelivered.popleft()
+            if isinstance(payload, Unreadable):
+                self._drop_unreadable(payload)
+            else:
+                self.qos.track(self.Message(payload, channel=self))
+        self._flush_acks_or_owe()
 
     def close(self) -> None:
         if not self.closed and not self._closing:
@@ -451,10 +463,16 @@ class SentinelChannel(Channel, redis.SentinelChannel):  # type: ignore[misc]
     from_transport_options = (*redis.SentinelChannel.from_transport_options, "fetch_limit")
 
 
-def _tag(payload: Any) -> str | None:
-    """The delivery tag of a kombu payload (None when it has none)."""
+def _read(raw: str, queue: str, recorded: str | None) -> Any:
+    """The envelope of a message taken from ``queue`` (its JSON text), or an :class:`Unreadable`
+    saying why it is none: anything wrong reaches the consumer as a message to reject, never as
+    an exception. ``recorded`` is the tag Redis holds it under (None: nothing holds it yet)."""
     try:
-        tag = payload["properties"]["delivery_tag"]
-    except (KeyError, TypeError):
-        return None
-    return tag if isinstance(tag, str) and tag else None
+        payload = loads(raw)
+    except Exception as exc:  # not JSON, nested too deeply, a kombu type tag it cannot read
+        reason = f"its envelope is not JSON ({type(exc).__name__}: {exc}): {raw[:120]!r}"
+        return Unreadable(reason, recorded or fresh_tag(), queue)
+    problem = envelope_problem(payload) or tag_problem(payload, recorded)
+    if problem is not None:
+        return Unreadable(problem, recorded or fresh_tag(), queue)
+    return payload

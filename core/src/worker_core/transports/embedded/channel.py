@@ -17,7 +17,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils import json as _json
 from kombu.utils.uuid import uuid
 
-from ..message import Message
+from ..message import Message, Unreadable, envelope_problem
 from .database import SCHEME, resolve_path
 from .qos import QoS
 from .store import Binding, QueueStore
@@ -90,20 +90,31 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             self.qos.append(message, message.delivery_tag)
         return message
 
-    def _get(self, queue: str, timeout: float | None = None) -> dict[str, Any]:
+    def _get(self, queue: str, timeout: float | None = None) -> Any:
         return self._claim(queue, remove=queue in self._no_ack_queues)
 
-    def _claim(self, queue: str, *, remove: bool) -> dict[str, Any]:
+    def _claim(self, queue: str, *, remove: bool) -> Any:
+        """The next message of ``queue``, reserved under a fresh tag: its envelope, or an
+        :class:`Unreadable` saying why it has none (the consumer rejects it, which removes it)."""
         # A fresh tag per delivery: copies of one fanout message share the tag given at publish.
         tag = uuid()
         found = self.store.claim(queue, tag, remove=remove)
         if found is None:
             raise Empty()
         text, redelivered = found
-        payload: dict[str, Any] = loads(text)
-        properties = payload["properties"]
+        try:
+            payload = loads(text)
+        except Exception as exc:  # not JSON, nested too deeply, a kombu type tag it cannot read
+            return Unreadable(f"its envelope is not JSON ({type(exc).__name__}: {exc}): {text[:120]!r}",
+                              tag, queue)
+        problem = envelope_problem(payload)
+        if problem is not None:
+            return Unreadable(problem, tag, queue)
+        properties = payload["properties"] = dict(payload["properties"])
         properties["delivery_tag"] = tag
-        properties.setdefault("delivery_info", {})["redelivered"] = redelivered
+        info = properties.setdefault("delivery_info", {})
+        if isinstance(info, dict):
+            info["redelivered"] = redelivered
         if redelivered and isinstance(payload.get("headers"), dict):
             payload["headers"]["redelivered"] = True  # where kombu's Redis transport puts it too
         return payload
