@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -236,3 +237,20 @@ hostile_messages = st.one_of(
     wrong_header(), truncated_body(), oversized_body(), bad_encoding(), unknown_content_type(), too_deep(),
     wrong_shape(), bad_v1(), garbage(), unknown_task(), bad_compression(),
 )
+
+
+def each_reason_has_its_own_line(reasons: Sequence[str], lines: Sequence[str]) -> bool:
+    """Whether every reason can be paired with a different line saying it (a bipartite matching:
+    a generic reason such as "body cannot be decoded" also appears in more specific lines)."""
+    owner: dict[int, int] = {}  # line -> reason
+
+    def assign(reason: int, seen: set[int]) -> bool:
+        for line, text in enumerate(lines):
+            if reasons[reason] in text and line not in seen:
+                seen.add(line)
+                if line not in owner or assign(owner[line], seen):
+                    owner[line] = reason
+                    return True
+        return False
+
+    return all(assign(reason, set()) for reason in range(len(reasons)))

@@ -21,7 +21,16 @@ import kombu
 import pytest
 from apps import basic
 from conftest import REDIS_TEST_URL, require_server
-from hostile import MAX_SIZE, Message, good_messages, headers_for, hostile_messages, json_values, v2
+from hostile import (
+    MAX_SIZE,
+    Message,
+    each_reason_has_its_own_line,
+    good_messages,
+    headers_for,
+    hostile_messages,
+    json_values,
+    v2,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from workers import TESTS, WorkerProcess, wait_for
@@ -183,23 +192,6 @@ def fuzzed(request: pytest.FixtureRequest,
     worker.close()
 
 
-def _each_reason_has_its_own_line(reasons: Sequence[str], lines: Sequence[str]) -> bool:
-    """Whether every reason can be paired with a different line saying it (a bipartite matching:
-    a generic reason such as "body cannot be decoded" also appears in more specific lines)."""
-    owner: dict[int, int] = {}  # line -> reason
-
-    def assign(reason: int, seen: set[int]) -> bool:
-        for line, text in enumerate(lines):
-            if reasons[reason] in text and line not in seen:
-                seen.add(line)
-                if line not in owner or assign(owner[line], seen):
-                    owner[line] = reason
-                    return True
-        return False
-
-    return all(assign(reason, set()) for reason in range(len(reasons)))
-
-
 def _check_batch(worker: FuzzedWorker, batch: Sequence[Message]) -> None:
     for message in batch:
         worker.publish(message)
@@ -220,7 +212,7 @@ def _check_batch(worker: FuzzedWorker, batch: Sequence[Message]) -> None:
     worker.rejected_so_far += len(lines)
     sent = "\n".join(f"  {message.task_id}: {message.reason or 'runs'}" for message in batch)
     assert len(lines) == len(expected), f"sent:\n{sent}\nrejected:\n" + "\n".join(lines)
-    assert _each_reason_has_its_own_line(expected, lines), f"sent:\n{sent}\nrejected:\n" + "\n".join(lines)
+    assert each_reason_has_its_own_line(expected, lines), f"sent:\n{sent}\nrejected:\n" + "\n".join(lines)
     assert worker.process.process.poll() is None, worker.process.log()[-3000:]
 
 
