@@ -17,6 +17,7 @@ import attrs
 
 from ..exceptions import ConfigurationError
 from ..options import did_you_mean
+from ..redaction import redact_url, redact_value
 
 __all__ = ["ENV_PREFIX", "Settings", "check_environment", "check_serializers", "settings_from"]
 
@@ -37,8 +38,9 @@ def _check(kind: type | tuple[type, ...], *, optional: bool = False, minimum: fl
             names = " or ".join(k.__name__ for k in (kind if isinstance(kind, tuple) else (kind,)))
             if optional:
                 names += " or None"
+            shown = redact_value(attribute.name, value)
             raise ConfigurationError(
-                f"setting {attribute.name!r} must be {names} (got {value!r} that is a {type(value).__name__})"
+                f"setting {attribute.name!r} must be {names} (got {shown!r} that is a {type(value).__name__})"
             )
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigurationError(
@@ -87,8 +89,8 @@ def _broker_urls(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
     schemes = sorted({scheme_of(url) for url in urls})
     if len(schemes) > 1:
         raise ConfigurationError(
-            f"setting 'broker_url' mixes transports ({', '.join(schemes)}) in {value!r}: the ';'-separated "
-            f"URLs are failover servers of one kind, for example redis://a:6379/0;redis://b:6379/0"
+            f"setting 'broker_url' mixes transports ({', '.join(schemes)}) in {redact_url(value)!r}: the "
+            f"';'-separated URLs are failover servers of one kind, for example redis://a:6379/0;redis://b:6379/0"
         )
 
 
@@ -238,12 +240,17 @@ def _from_text(name: str, text: str) -> Any:
     if text.strip() == "" and "None" in kind:
         return None
     if "Mapping" in kind and (kind.startswith("Mapping") or text.lstrip().startswith("{")):
+        # The text is not repeated in the error: an object of options may hold passwords.
         try:
             value = json.loads(text)
-        except ValueError:
-            value = None
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{ENV_PREFIX}{name.upper()} must be a JSON object (got text that is not JSON: {exc})"
+            ) from None
         if not isinstance(value, dict):
-            raise ConfigurationError(f"{ENV_PREFIX}{name.upper()} must be a JSON object (got {text!r})")
+            raise ConfigurationError(
+                f"{ENV_PREFIX}{name.upper()} must be a JSON object (got a JSON {type(value).__name__})"
+            )
         return value
     if "bool" in kind and "int" not in kind:
         lowered = text.strip().lower()

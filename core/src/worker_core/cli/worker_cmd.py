@@ -57,7 +57,7 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
         check_endpoints(manager, app.settings, plan.selection)
     except WorkerError as exc:
         raise fail(exc) from None
-    setup_logging(plan.options.loglevel)
+    setup_logging(plan.options.loglevel, secrets=_secrets(app, plan))
     warn_failures(manager)
     click.echo(banner(app, plan, manager, params["app"]))
     running = Worker(app, plan, manager)
@@ -73,6 +73,16 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     except Exception:
         logger.critical("worker stopped by an unexpected error", exc_info=True)
         sys.exit(1)
+
+
+def _secrets(app: Any, plan: Any) -> frozenset[str]:
+    """The passwords and keys in the app's settings and the brokers given on the command line."""
+    from ..app.settings import Settings
+    from ..redaction import secrets_of
+
+    values = {name: getattr(app.settings, name) for name in Settings.names()}
+    selection = plan.selection
+    return secrets_of({**values, "brokers": selection.broker_urls, "result_url": selection.result_url})
 
 
 def _install_signals(running: Any) -> None:
