@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from ..control.access import check_allow_list
 from ..exceptions import WorkerError, WorkerTerminate
 from ..plan import make_plan
 from . import collector
@@ -55,6 +56,8 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
         plan = make_plan(options, manager, broker_urls=app.broker_urls,
                          result_url=app.settings.result_backend)
         check_endpoints(manager, app.settings, plan.selection)
+        if plan.options.remote_control:
+            check_allow_list(manager, app.settings.worker_remote_control_allow)
     except WorkerError as exc:
         raise fail(exc) from None
     setup_logging(plan.options.loglevel, secrets=_secrets(app, plan))

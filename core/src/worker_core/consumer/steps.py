@@ -55,8 +55,9 @@ class ControlStep(Step["Consumer"]):
     """Answers remote-control commands (``workerctl inspect``/``control``, ``celery inspect``)."""
 
     name = "Control"
-    # Before Tasks: a worker whose allow-list names no command stops before it takes any task.
-    requires = ("Connection",)
+    # After Tasks: on RabbitMQ declaring the control queue takes round trips, and tasks already
+    # waiting start meanwhile (the allow-list was checked before the worker started).
+    requires = ("Tasks",)
     condition = Condition("worker_enable_remote_control is on", lambda options: options.remote_control)
     label = "remote control: ping, stats, active, autoscale, pool_grow, shutdown, ..."
 

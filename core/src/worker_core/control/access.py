@@ -4,14 +4,18 @@ the commands it has, groups expanded, and the answer for a command it refuses.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import attrs
 
-from ..exceptions import ConfigurationError
+from ..exceptions import ConfigurationError, PluginConflictError, PluginError
 from ..options import did_you_mean
-from .commands import Command
+from .commands import BUILTIN_COMMANDS, Command
 
-__all__ = ["GROUPS", "Access"]
+if TYPE_CHECKING:
+    from ..plugins.manager import PluginManager
+
+__all__ = ["GROUPS", "Access", "all_commands", "check_allow_list"]
 
 SETTING = "worker_remote_control_allow"
 #: names that stand for every command of a kind
@@ -64,3 +68,34 @@ class Access:
         return (f"remote control command {command.name!r} is not allowed on this worker: {SETTING} "
                 f"allows only {allow}; add {command.name!r} (or {command.kind!r}) to it on the worker "
                 f"to allow it")
+
+
+def all_commands(plugins: PluginManager) -> dict[str, Command]:
+    """The built-in commands plus those plugins contribute (a name clash is an error)."""
+    commands: dict[str, Command] = dict(BUILTIN_COMMANDS)
+    owners = {name: "worker-core" for name in commands}
+    for contributed, provider in plugins.collect("worker_control_commands"):
+        for name, handler in (contributed or {}).items():
+            if name in GROUPS:
+                raise PluginConflictError(
+                    f"plugin {provider} contributed a control command named {name!r}, which "
+                    f"{SETTING} uses for {GROUPS[name]}; rename the command"
+                )
+            if name in commands:
+                raise PluginConflictError(
+                    f"control command {name!r} is provided by {owners[name]} and by plugin {provider}; "
+                    f"rename one of them"
+                )
+            if not callable(handler):
+                raise PluginError(
+                    f"plugin {provider} contributed control command {name!r} that is not callable"
+                )
+            commands[name] = Command(name, handler, kind="control")
+            owners[name] = str(provider)
+    return commands
+
+
+def check_allow_list(plugins: PluginManager, allow: Sequence[str] | None) -> None:
+    """Refuse, before the worker starts, an allow-list naming a command nobody provides."""
+    if allow is not None:
+        Access.from_setting(allow, all_commands(plugins))

@@ -171,31 +171,9 @@ class Worker:
 
     def control_commands(self) -> dict[str, Any]:
         """The built-in commands plus those plugins contribute (a name clash is an error)."""
-        from ..control.access import GROUPS
-        from ..control.commands import BUILTIN_COMMANDS, Command
-        from ..exceptions import PluginConflictError, PluginError
+        from ..control.access import all_commands
 
-        commands: dict[str, Any] = dict(BUILTIN_COMMANDS)
-        owners = {name: "worker-core" for name in commands}
-        for contributed, provider in self.plugins.collect("worker_control_commands"):
-            for name, handler in (contributed or {}).items():
-                if name in GROUPS:
-                    raise PluginConflictError(
-                        f"plugin {provider} contributed a control command named {name!r}, which "
-                        f"worker_remote_control_allow uses for {GROUPS[name]}; rename the command"
-                    )
-                if name in commands:
-                    raise PluginConflictError(
-                        f"control command {name!r} is provided by {owners[name]} and by plugin {provider}; "
-                        f"rename one of them"
-                    )
-                if not callable(handler):
-                    raise PluginError(
-                        f"plugin {provider} contributed control command {name!r} that is not callable"
-                    )
-                commands[name] = Command(name, handler, kind="control")
-                owners[name] = str(provider)
-        return commands
+        return all_commands(self.plugins)
 
     # -- introspection -----------------------------------------------------------------------
 
