@@ -86,12 +86,17 @@ def queue(broker: str, workers) -> Iterator[str]:
 def celery_client(broker: str) -> Iterator[object]:
     if broker.startswith("embedded"):
         pytest.skip("Celery has no embedded transport")
+    import kombu.pools
     from celery import Celery
 
+    # Celery's producers come from kombu's process-wide pools, keyed by the broker URL: a
+    # connection an earlier test left idle there may have been closed by RabbitMQ since.
+    kombu.pools.reset()
     app = Celery("lock-client", broker=broker, backend=REDIS_URL)
     app.conf.update(broker_connection_retry_on_startup=True)
     yield app
     app.close()
+    kombu.pools.reset()
 
 
 def _start(workers, broker: str, queue: str, name: str, *args: str, env: dict[str, str] | None = None,

@@ -1,8 +1,8 @@
 """Reading task messages: protocol v2 (and v1 bodies), checked header by header.
 
-Every problem raises :class:`ProtocolError` (or its :class:`ContentDisallowed` and :class:`DecodeError`) whose message says
-which header or part is wrong and what was received, so the worker can reject the message with
-one log line and go on.
+Every problem raises :class:`ProtocolError` (or its :class:`ContentDisallowed` and
+:class:`DecodeError`) whose message says which header or part is wrong and what was received, so
+the worker can reject the message with one log line and go on.
 """
 
 from __future__ import annotations

@@ -73,18 +73,11 @@ def envelope_problem(payload: Any) -> str | None:
     return None
 
 
-def tag_problem(payload: Mapping[str, Any], recorded: str | None = None) -> str | None:
-    """Why the delivery tag ``payload`` carries cannot be acknowledged, or None.
-
-    :param recorded: the tag the broker recorded the delivery under, when it read the tag itself
-        (the Redis fetch script): the carried one must be that one, or acknowledging it would
-        leave the record to come back after the visibility timeout.
-    """
+def tag_problem(payload: Mapping[str, Any]) -> str | None:
+    """Why ``payload`` carries no delivery tag that can be acknowledged, or None."""
     tag = payload["properties"].get("delivery_tag")
     if not isinstance(tag, str) or not tag:
         return f"its envelope has no delivery tag (got {_quote(tag)})"
-    if recorded is not None and tag != recorded:
-        return f"its delivery tag {_quote(tag)} is not the one it was recorded under"
     return None
 
 

@@ -50,19 +50,23 @@ dumps: Callable[[Any], str] = fast_dumps
 bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
 
 
+#: a payload BRPOP took, to be recorded as unacked: its delivery tag, the JSON of its exchange
+#: and routing key, and the payload as it came
+Booking = tuple[str, str, str, bytes]
+
+
 class _Fetch:
     """A fetch script in flight: what it asked for, the acknowledgements it carries, and the
     payloads BRPOP took that it records."""
 
     __slots__ = ("acks", "booked", "booked_tags", "queues", "want")
 
-    def __init__(self, queues: list[str], want: int, acks: list[str], booked: list[bytes],
-                 booked_tags: frozenset[str] = frozenset()) -> None:
+    def __init__(self, queues: list[str], want: int, acks: list[str], booked: list[Booking]) -> None:
         self.queues = queues
         self.want = want
         self.acks = acks
         self.booked = booked
-        self.booked_tags = booked_tags
+        self.booked_tags = frozenset(booking[0] for booking in booked)
 
 
 class Channel(redis.Channel):  # type: ignore[misc]
@@ -204,13 +208,14 @@ class Channel(redis.Channel):  # type: ignore[misc]
             self._script_loaded = True
         return True
 
-    def _fetch_command(self, queues: list[str], want: int, acks: list[str], booked: list[bytes]) -> list[Any]:
+    def _fetch_command(self, queues: list[str], want: int, acks: list[str],
+                       booked: list[Booking]) -> list[Any]:
         prefix = self.global_keyprefix
         keys = [prefix + self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
         rotate = isinstance(self._queue_cycle, round_robin_cycle)
         return ["EVALSHA", FETCH_SHA, len(keys) + 2, prefix + self.unacked_key,
                 prefix + self.unacked_index_key, *keys, want, repr(time()), len(queues), int(rotate),
-                len(acks), *acks, len(booked), *booked]
+                len(acks), *acks, len(booked), *(part for booking in booked for part in booking)]
 
     def recording(self, delivery_tag: str) -> bool:
         """Whether the unacked record of this delivered message is still on its way to Redis."""
@@ -225,11 +230,10 @@ class Channel(redis.Channel):  # type: ignore[misc]
                                      leftmost=True)
             pipe.execute()
 
-    def _send_fetch(self, queues: list[str], want: int, booked: list[bytes],
-                    booked_tags: frozenset[str] = frozenset()) -> None:
+    def _send_fetch(self, queues: list[str], want: int, booked: list[Booking]) -> None:
         acks = self.acks.take()
         connection = self.client.connection
-        self._fetch = _Fetch(queues, want, acks, booked, booked_tags)
+        self._fetch = _Fetch(queues, want, acks, booked)
         self._in_poll = connection
         self._brpop_sent_at = monotonic()
         try:
@@ -284,7 +288,15 @@ class Channel(redis.Channel):  # type: ignore[misc]
             queue = queues[(abs(index) - 1) % nqueues]
             self._queue_cycle.rotate(queue)
             if index > 0:  # recorded as unacked under the tag the script read
-                self._undelivered.append((queue, _read(raw, queue, tag), tag))
+                payload = _read(raw, queue, tag)
+                if isinstance(payload, Unreadable) or payload["properties"]["delivery_tag"] == tag:
+                    self._undelivered.append((queue, payload, tag))
+                    continue
+                # The script read another tag than the one the envelope's properties carry (it
+                # reads the tag kombu writes last, from the end): the record moves to the tag
+                # the consumer will acknowledge, as the message is delivered.
+                self.acks.add(tag)
+                self._undelivered.append((queue, payload, None))
                 continue
             # The script found no tag, and recorded nothing: nothing can acknowledge it.
             payload = _read(raw, queue, None)
@@ -381,27 +393,23 @@ class Channel(redis.Channel):  # type: ignore[misc]
             # Record it (and look for more) with a fetch sent now, before delivering: the record
             # reaches Redis as soon as kombu's would, without a round trip before the delivery.
             queues = list(self._queue_cycle.consume(len(self.active_queues))) or [queue]
-            tag = payload["properties"]["delivery_tag"]
-            self._send_fetch(queues, max(self._room() - 1, 0), [item], frozenset([tag]))
-            self.qos.prebooked = tag
+            booking = _booking(payload, item)
+            self._send_fetch(queues, max(self._room() - 1, 0), [booking])
+            self.qos.prebooked = booking[0]
         try:
             self.connection._deliver(payload, queue)
         finally:
             self.qos.prebooked = None
         return True
 
-    def _record_now(self, booked: list[bytes]) -> None:
+    def _record_now(self, booked: list[Booking]) -> None:
         """Record in ``unacked``, as kombu does, messages whose recording fetch did not run."""
         if not booked:
             return
         with self.conn_or_acquire() as client, client.pipeline() as pipe:
-            for item in booked:  # (only envelopes _read accepted are booked)
-                payload = loads(bytes_to_str(item))
-                tag, info = payload["properties"]["delivery_tag"], payload["properties"].get("delivery_info")
-                info = info if isinstance(info, dict) else {}
+            for tag, exchange, routing_key, item in booked:
                 pipe.zadd(self.unacked_index_key, {tag: time()})
-                entry = [payload, info.get("exchange"), info.get("routing_key")]
-                pipe.hset(self.unacked_key, tag, dumps(entry))
+                pipe.hset(self.unacked_key, tag, f"[{bytes_to_str(item)}, {exchange}, {routing_key}]")
             pipe.execute()
 
     # -- closing ---------------------------------------------------------------------------------
@@ -463,6 +471,15 @@ class SentinelChannel(Channel, redis.SentinelChannel):  # type: ignore[misc]
     from_transport_options = (*redis.SentinelChannel.from_transport_options, "fetch_limit")
 
 
+def _booking(payload: Any, item: bytes) -> Booking:
+    """How the fetch script records a payload BRPOP took: under the tag the consumer will
+    acknowledge, with its exchange and routing key, as kombu's ``unacked`` entries hold them."""
+    properties = payload["properties"]
+    info = properties.get("delivery_info")
+    info = info if isinstance(info, dict) else {}
+    return properties["delivery_tag"], dumps(info.get("exchange")), dumps(info.get("routing_key")), item
+
+
 def _read(raw: str, queue: str, recorded: str | None) -> Any:
     """The envelope of a message taken from ``queue`` (its JSON text), or an :class:`Unreadable`
     saying why it is none: anything wrong reaches the consumer as a message to reject, never as
@@ -471,8 +488,9 @@ def _read(raw: str, queue: str, recorded: str | None) -> Any:
         payload = loads(raw)
     except Exception as exc:  # not JSON, nested too deeply, a kombu type tag it cannot read
         reason = f"its envelope is not JSON ({type(exc).__name__}: {exc}): {raw[:120]!r}"
-        return Unreadable(reason, recorded or fresh_tag(), queue)
-    problem = envelope_problem(payload) or tag_problem(payload, recorded)
+        return Unreadable(reason, fresh_tag() if recorded is None else recorded, queue)
+    problem = envelope_problem(payload) or tag_problem(payload)
     if problem is not None:
-        return Unreadable(problem, recorded or fresh_tag(), queue)
+        return Unreadable(problem, fresh_tag() if recorded is None else recorded, queue)
     return payload
+

@@ -18,7 +18,9 @@ __all__ = ["FETCH", "FETCH_SHA", "STORE_RESULT"]
 #: ARGV: [1] most messages, [2] score (client time, as kombu's ZADD), [3] number of queues,
 #: [4] "1" to rotate a queue to the end after taking from it (kombu's round-robin cycle),
 #: [5] number of acknowledged tags, then those tags, then the number of payloads BRPOP took
-#: (delivered already, to be recorded as unacked), then those payloads.
+#: (delivered already, to be recorded as unacked), then for each its delivery tag, the JSON of
+#: its exchange and routing key, and the payload (the channel read them when it delivered it:
+#: the record is made under the tag the consumer acknowledges).
 #:
 #: Returns ``[key_index, delivery_tag, payload, ...]``: key_index is 1-based into KEYS[3..],
 #: negative for a payload without a delivery tag (it cannot be recorded; the channel logs and
@@ -47,7 +49,7 @@ local function describe(item)
       tag = string.sub(item, e + 1, q - 1)
     end
   end
-  if tag and not string.find(tag, backslash, 1, true) then
+  if tag and tag ~= '' and not string.find(tag, backslash, 1, true) then
     local _, e2 = string.find(item, '"delivery_info": {"exchange": "', math.max(1, n - 600), true)
     if e2 then
       local q = string.find(item, '"', e2 + 1, true)
@@ -97,9 +99,8 @@ local function record(tag, item, exchange, routing_key)
 end
 
 local nbook = tonumber(ARGV[6 + nacks])
-for i = 7 + nacks, 6 + nacks + nbook do
-  local tag, exchange, routing_key = describe(ARGV[i])
-  if tag then record(tag, ARGV[i], exchange, routing_key) end
+for i = 7 + nacks, 6 + nacks + 4 * (nbook - 1), 4 do
+  record(ARGV[i], ARGV[i + 3], ARGV[i + 1], ARGV[i + 2])
 end
 
 local order = {}
