@@ -56,6 +56,7 @@ def test_the_secrets_of_the_settings_are_found_in_urls_options_and_secret_names(
         "broker_transport_options": {"sentinel_kwargs": {"password": "sentinel-pw"}, "master_name": "m"},
         "security_key_password": "key-password",
         "short": "pw",
+        "brokers": ("amqp://guest:guest@rabbit//",),  # the user name shows it anyway
     })
     assert found == {"p%40ss-word", "p@ss-word", "second-pw", "query-pw", "sentinel-pw", "key-password"}
 

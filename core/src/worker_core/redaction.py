@@ -96,8 +96,10 @@ def _url_secrets(url: str) -> Iterator[str]:
         location, _, query = rest.partition("?")
         if "@" in location:
             credentials = location.rpartition("@")[0]
-            _user, colon, password = credentials.partition(":")
-            if colon and password:
+            user, colon, password = credentials.partition(":")
+            # A password equal to the user name (guest:guest) is shown with every URL already:
+            # searching for it would only hide the user name wherever it appears.
+            if colon and password and password != user:
                 yield password
                 yield unquote(password)
         for name, value in parse_qsl(query, keep_blank_values=False):
