@@ -23,7 +23,7 @@ from conftest import require_server
 from faults import RedisServer, free_port
 from kombu.asynchronous import Hub
 from kombu.mixins import ConsumerMixin
-from workers import drain
+from workers import drain, wait_for
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
@@ -361,6 +361,28 @@ def test_a_task_sent_by_celery_is_consumed_through_our_transport(broker: Broker)
         assert broker.raw.zscore(broker.key("unacked_index"), message.delivery_tag) is not None
         message.ack()
     assert broker.unacked() == 0
+
+
+def test_a_message_an_idle_consumers_brpop_takes_is_recorded_as_unacked_under_its_own_tag(
+        broker: Broker) -> None:
+    # The consumer waits in BRPOP before anything is published: the message comes that way, and
+    # the fetch sent right after it records it (a worker killed then gives it back).
+    queue, got = new_queue(), []
+    with broker.connect() as connection:
+        queue(connection.default_channel).declare()
+        consume(connection, [queue], got.append)
+        with pytest.raises(TimeoutError):
+            connection.drain_events(timeout=0.2)  # now blocked in BRPOP
+        publish(broker.connect(), queue, 1)
+        drain(connection, lambda: len(got) == 1)
+        message = got[0]
+        wait_for(lambda: broker.raw.hget(broker.key("unacked"), message.delivery_tag), 5,
+                 message="the unacked record")
+        stored = json.loads(broker.raw.hget(broker.key("unacked"), message.delivery_tag))
+        assert stored == [message._raw, message.delivery_info["exchange"], queue.name]
+        assert broker.raw.zscore(broker.key("unacked_index"), message.delivery_tag) is not None
+        message.ack()
+        drain(connection, lambda: broker.unacked() == 0)
 
 
 def test_messages_we_publish_have_celerys_envelope_and_stock_kombu_consumes_them(broker: Broker) -> None:

@@ -99,7 +99,7 @@ local function record(tag, item, exchange, routing_key)
 end
 
 local nbook = tonumber(ARGV[6 + nacks])
-for i = 7 + nacks, 6 + nacks + 4 * (nbook - 1), 4 do
+for i = 7 + nacks, 6 + nacks + 4 * nbook, 4 do
   record(ARGV[i], ARGV[i + 3], ARGV[i + 1], ARGV[i + 2])
 end
 
