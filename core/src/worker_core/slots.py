@@ -1,9 +1,21 @@
 """The interfaces of the single-implementation slots: what a pool, transport, event loop,
-autoscaler, failover strategy or result backend plugin must provide.
+autoscaler, failover strategy or result backend plugin must provide, and what it may offer.
 
 Each slot has its own entry-point group (see :data:`worker_core.plugins.SLOT_GROUPS`); the entry
-point names a class (or factory) that the worker calls as documented below. Only the chosen
+point names a class that the worker constructs as documented below. Only the chosen
 implementation is imported, so a plugin's module should import its heavy dependencies lazily.
+
+**Required and optional.** A slot's Protocol (:class:`Pool`, :class:`Transport`,
+:class:`EventLoop`, :class:`Autoscaler`, :class:`FailoverStrategy`, :class:`ResultBackend`) lists
+what every implementation must have: the plugin manager refuses a class that lacks any of it
+when it loads the class, naming each missing member. Everything optional is a small capability
+Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
+:class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
+:class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`): a plugin offers
+one by defining all of its members, and the worker tests for it with ``isinstance``. A
+capability made of class attributes is tested on the class itself as well as on an instance
+(a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
+A class that defines some members of a capability but not all of them is refused at load.
 """
 
 from __future__ import annotations
@@ -16,18 +28,30 @@ import attrs
 if TYPE_CHECKING:
     from kombu.asynchronous import Hub
 
+    from .app.settings import Settings
+
 __all__ = [
+    "CAPABILITIES",
+    "REQUIRED",
     "AcceptCallback",
+    "AcksSurviveReconnect",
     "Autoscaler",
     "AutoscalerFactory",
+    "DiscardsResults",
     "EventLoop",
     "FailoverStrategy",
+    "FixedConcurrency",
     "LoopContext",
+    "OffersResultBackend",
     "Pool",
     "PoolFactory",
     "PoolOptions",
     "ResultBackend",
+    "SharesOneQueue",
+    "SuccessIsFinal",
     "Transport",
+    "WithdrawsOneJob",
+    "WithdrawsQueuedJobs",
 ]
 
 #: ``accept_callback(pid, time_accepted)``: the job started running in process ``pid``.
@@ -71,7 +95,7 @@ class Pool(Protocol):
     - ``callback(retval)`` with the target's return value;
     - ``error_callback(exc)`` if the job could not finish: ``WorkerLostError`` when its process
       died, ``TimeLimitExceeded`` after the hard limit, ``JobWithdrawn`` when
-      :meth:`withdraw_queued` gave it back unstarted;
+      :meth:`WithdrawsQueuedJobs.withdraw_queued` gave it back unstarted;
     - ``timeout_callback(soft, seconds)`` when the soft (``soft=True``) or hard limit passes.
 
     Callbacks may be called from any thread; the worker's callbacks are thread-safe and cheap.
@@ -86,6 +110,9 @@ class Pool(Protocol):
     called from the hub's thread. Under the sync loop it is never called and the pool uses its
     own threads.
 
+    **Optional capabilities**: :class:`FixedConcurrency`, :class:`SharesOneQueue`,
+    :class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`.
+
     The contract suite in :mod:`worker_core.testing.pool_contract` checks all of this against
     any pool class.
     """
@@ -93,21 +120,8 @@ class Pool(Protocol):
     #: Whether jobs run in separate processes (time limits can kill them, memory is isolated).
     is_process_pool: ClassVar[bool]
 
-    #: Optional: a pool that always runs exactly this many jobs at once (solo: 1) declares it;
-    #: ``-c`` is then ignored with a warning and ``--autoscale`` is refused before start-up.
-    fixed_concurrency: ClassVar[int | None]
-
-    #: Optional, False when absent: every executor takes its next job from one queue as soon as
-    #: it is free, so a queued job never waits behind a busy executor while another is idle. Fair
-    #: scheduling then needs no gate: the worker hands such a pool every task it has received
-    #: instead of one per idle executor, and the pool must offer :meth:`withdraw_queued`.
-    shared_queue: ClassVar[bool]
-
-    def withdraw_queued(self) -> int:
-        """Optional (required with ``shared_queue``): give back every job not started yet, each
-        through its ``error_callback`` with ``JobWithdrawn``; return how many. The worker calls
-        it on a warm shutdown and when the connection the messages came on is lost, so those
-        messages go back to the broker instead of running late or twice."""
+    def __init__(self, options: PoolOptions) -> None:
+        """Prepare the pool; start nothing yet (that is :meth:`start`)."""
 
     @classmethod
     def check_options(cls, options: PoolOptions) -> None:
@@ -140,24 +154,20 @@ class Pool(Protocol):
 
         ``name`` labels the job in the pool's log lines (the worker passes the task's name, for
         example when a pool warns once per task that it cannot enforce that task's limits);
-        pools may ignore it. A pool that offers :meth:`withdraw_job` returns the job's handle
-        for it; others return None.
+        pools may ignore it. A pool that is :class:`WithdrawsOneJob` returns the job's handle
+        for :meth:`~WithdrawsOneJob.withdraw_job`; others return None.
         """
-
-    def withdraw_job(self, handle: Any) -> bool:
-        """Optional: take back the job ``apply_async`` returned ``handle`` for, if no executor has
-        started it; True if it was taken back, and then none of its callbacks is ever called.
-        The worker calls it to discard a revoked task that waits in the pool."""
 
     @property
     def num_processes(self) -> int:
         """How many executors exist now."""
 
     def grow(self, n: int = 1) -> None:
-        """Add ``n`` executors."""
+        """Add ``n`` executors; a pool that cannot grow raises ``PoolError``."""
 
     def shrink(self, n: int = 1) -> None:
-        """Remove ``n`` idle executors; raise ``PoolError`` when every executor is busy."""
+        """Remove ``n`` idle executors; raise ``PoolError`` when every executor is busy (or when
+        the pool cannot change its size)."""
 
     def maintain_pool(self) -> None:
         """Replace dead or retired executors so the pool keeps its size."""
@@ -169,13 +179,73 @@ class Pool(Protocol):
         """Move the pool's I/O onto the hub (async loop only)."""
 
     def terminate_job(self, pid: int, signal: int | None = None) -> None:
-        """Stop the job running in process ``pid`` (``signal`` defaults to SIGTERM)."""
+        """Stop the job running in process ``pid`` (``signal`` defaults to SIGTERM); a pool that
+        cannot stop a running job raises ``PoolError`` saying so."""
 
     def info(self) -> Mapping[str, Any]:
         """Statistics for ``workerctl inspect stats``: implementation, processes, limits, ..."""
 
 
+#: What the pool slot's entry point names: usually the pool class itself.
 PoolFactory = Callable[[PoolOptions], Pool]
+
+
+@runtime_checkable
+class FixedConcurrency(Protocol):
+    """A pool that always runs exactly ``fixed_concurrency`` jobs at once (solo: 1).
+
+    Read on the pool's class before it is built (``isinstance(pool_class, FixedConcurrency)``):
+    the worker then ignores ``-c`` with a warning, runs with that concurrency, and refuses
+    ``--autoscale`` before start-up. Without it, the concurrency is ``-c`` (default: the number
+    of CPUs) and the pool is expected to grow and shrink.
+    """
+
+    fixed_concurrency: ClassVar[int]
+
+
+@runtime_checkable
+class WithdrawsQueuedJobs(Protocol):
+    """A pool that can give back every job it holds that no executor has started.
+
+    The worker calls :meth:`withdraw_queued` on a warm shutdown and when the connection the
+    messages came on is lost, so those messages go back to the broker instead of running late or
+    twice. Without it, the worker holds back what the pool has not started itself (it hands the
+    pool only as many jobs as it has idle executors under fair scheduling), and jobs queued in the
+    pool run before the pool stops.
+    """
+
+    def withdraw_queued(self) -> int:
+        """Give back every job not started yet, each through its ``error_callback`` with
+        ``JobWithdrawn``; return how many."""
+
+
+@runtime_checkable
+class SharesOneQueue(WithdrawsQueuedJobs, Protocol):
+    """A pool whose executors take their next job from one queue as soon as they are free, so a
+    queued job never waits behind a busy executor while another is idle.
+
+    Declared with ``shared_queue = True`` (``False`` means the same as leaving it out); test for
+    it with ``isinstance(pool, SharesOneQueue) and pool.shared_queue``. Fair scheduling then
+    needs no gate: the worker hands such a pool every task it has received instead of one per
+    idle executor, and gets back the unstarted ones with :meth:`withdraw_queued`. Without it,
+    under fair scheduling the worker hands the pool a job only when an executor is idle.
+    """
+
+    shared_queue: ClassVar[bool]
+
+
+@runtime_checkable
+class WithdrawsOneJob(Protocol):
+    """A pool that can take back one job it holds, if no executor has started it.
+
+    The worker calls :meth:`withdraw_job` to discard a revoked task that waits in the pool, with
+    the handle :meth:`Pool.apply_async` returned for it. Without it, a revoked task already handed
+    to the pool is discarded when it starts instead (its result is stored as REVOKED then).
+    """
+
+    def withdraw_job(self, handle: Any) -> bool:
+        """Take back the job ``apply_async`` returned ``handle`` for, if no executor has
+        started it; True if it was taken back, and then none of its callbacks is ever called."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,21 +257,24 @@ PoolFactory = Callable[[PoolOptions], Pool]
 class Transport(Protocol):
     """Tells the worker how to reach one kind of broker through kombu.
 
-    Registered under each URL scheme it serves (``redis``, ``rediss``, ``sentinel``); the entry
-    point names a class whose class attributes are read before anything is imported, and which is
-    instantiated as ``Transport(url, settings)`` when the worker connects.
+    Registered under each URL scheme it serves (``redis``, ``rediss``, ``sentinel``); a scheme
+    with ``+`` (``db+postgresql://``) is served by the entry point named after the whole scheme,
+    else by the one named after its part before ``+`` (``db``). The entry point names a class whose
+    class attributes are read before anything is imported, and which is instantiated as
+    ``Transport(url, settings)`` when the worker connects.
+
+    **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`OffersResultBackend`.
+
+    The contract suite in :mod:`worker_core.testing.transport_contract` checks a transport against
+    a real broker of its kind.
     """
 
     #: Whether the transport can be driven by kombu's hub (the async event loop).
     supports_async: ClassVar[bool]
-    #: Optional (``False`` when absent): whether a message received on one connection can be
-    #: acknowledged on the next one to the same broker. When not, the worker drops the tasks it
-    #: received but had not started when a connection is lost, and the broker delivers them again.
-    acks_survive_reconnect: ClassVar[bool]
 
-    @classmethod
-    def default_result_backend(cls, broker_url: str) -> str | None:
-        """The result backend URL to use when none is configured, or ``None`` for none."""
+    def __init__(self, url: str, settings: Settings) -> None:
+        """Check the URL and the ``broker_*`` settings without connecting; raise
+        ``ConfigurationError`` naming what is wrong."""
 
     def kombu_transport(self) -> Any:
         """The kombu transport (class or alias) to pass to ``kombu.Connection(transport=...)``."""
@@ -210,7 +283,39 @@ class Transport(Protocol):
         """Extra keyword arguments for ``kombu.Connection`` (transport options, heartbeat, ...)."""
 
     def queue_depth(self, connection: Any, queue: str) -> int:
-        """Messages waiting in ``queue`` (for autoscalers that read the backlog)."""
+        """Messages waiting in ``queue`` (for autoscalers that read the backlog); ``connection``
+        is a kombu connection made with :meth:`kombu_transport` and :meth:`connection_options`."""
+
+
+@runtime_checkable
+class AcksSurviveReconnect(Protocol):
+    """A transport on which a message received on one connection can be acknowledged on the next
+    one to the same broker (Redis: acknowledgements name the message, not the connection).
+
+    Declared with ``acks_survive_reconnect = True`` (``False`` means the same as leaving it
+    out); test for it with ``isinstance(transport, AcksSurviveReconnect) and
+    transport.acks_survive_reconnect``. The worker then keeps running the tasks it received
+    before a lost connection and acknowledges them on the new one. Without it (AMQP: delivery tags
+    belong to the channel), the worker drops the tasks it received but had not started when a
+    connection is lost, and the broker delivers them again.
+    """
+
+    acks_survive_reconnect: ClassVar[bool]
+
+
+@runtime_checkable
+class OffersResultBackend(Protocol):
+    """A transport that names a result backend to use when none is configured (the embedded
+    transport keeps results in its own file).
+
+    Read on the class before anything connects (``isinstance(transport_class,
+    OffersResultBackend)``) by the worker and the app. Without it, or when it returns ``None``,
+    results are ``disabled`` unless ``result_backend`` is set, as in Celery.
+    """
+
+    @classmethod
+    def default_result_backend(cls, broker_url: str) -> str | None:
+        """The result backend URL to use for ``broker_url`` when none is configured, or ``None``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,6 +360,9 @@ class EventLoop(Protocol):
     #: Whether the loop runs on kombu's hub (the Hub step is then part of the worker).
     uses_hub: ClassVar[bool]
 
+    def __init__(self) -> None:
+        """Take no arguments: everything comes with the :class:`LoopContext` given to :meth:`run`."""
+
     def run(self, context: LoopContext) -> None:
         """Loop until ``context.should_run()`` is false. A lost connection propagates as the
         transport's connection error, so the consumer can reconnect."""
@@ -267,7 +375,28 @@ class EventLoop(Protocol):
 
 @runtime_checkable
 class Autoscaler(Protocol):
-    """Grows and shrinks the pool between a minimum and a maximum with demand."""
+    """Grows and shrinks the pool between a minimum and a maximum with demand.
+
+    The entry point names a class instantiated as ``Autoscaler(pool, max, min, *, demand,
+    on_max_change, hub, backlog)`` (see :meth:`__init__`).
+    """
+
+    def __init__(
+        self,
+        pool: Pool,
+        max_concurrency: int,
+        min_concurrency: int = 0,
+        *,
+        demand: Callable[[], int],
+        on_max_change: Callable[[int], None] | None = None,
+        hub: Hub | None = None,
+        backlog: Callable[[], int] | None = None,
+    ) -> None:
+        """``demand()`` returns how many requests are reserved (waiting or running),
+        ``on_max_change(diff)`` moves the prefetch count when :meth:`update` changes the maximum,
+        ``hub`` is None under the sync loop, and ``backlog()`` counts the messages still waiting
+        in the broker on the worker's queues (a call to the broker: use it at most every second
+        or so)."""
 
     def maybe_scale(self) -> None:
         """Look at demand now and grow or shrink; errors are logged, never raised."""
@@ -285,10 +414,8 @@ class Autoscaler(Protocol):
         """Stop scaling."""
 
 
-#: ``factory(pool, max, min, *, demand, on_max_change, hub, backlog) -> Autoscaler`` where
-#: ``demand()`` returns the reserved requests, ``on_max_change(diff)`` moves the prefetch count,
-#: ``hub`` is None under the sync loop, and ``backlog()`` counts the messages still waiting in
-#: the broker on the worker's queues (a call to the broker: use it at most every second or so).
+#: ``factory(pool, max, min, *, demand, on_max_change, hub, backlog) -> Autoscaler``: see
+#: :meth:`Autoscaler.__init__`.
 AutoscalerFactory = Callable[..., Autoscaler]
 
 
@@ -303,6 +430,9 @@ class FailoverStrategy(Protocol):
 
     The entry point names a class instantiated as ``Strategy(urls)``.
     """
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        """Raise ``ConfigurationError`` when ``urls`` is empty."""
 
     def first(self) -> str:
         """The URL to connect to at start-up."""
@@ -326,9 +456,43 @@ class FailoverStrategy(Protocol):
 class ResultBackend(Protocol):
     """Stores task states and results in Celery's format, and lets clients wait for them.
 
-    The entry point (named after the URL scheme) names a class instantiated as
-    ``Backend(url, settings)``.
+    The entry point (named after the URL scheme; with ``+``, as for transports) names a class
+    instantiated as ``Backend(url, settings)``. The app builds one per process: after a ``fork``
+    the child builds its own on first use and never touches the parent's, so a backend must not
+    rely on connections surviving a fork, and :meth:`close` in the child must leave the parent's
+    sockets alone.
+
+    **Where it runs.** :meth:`store_result` is called
+
+    - in the process and thread that ran the task: a prefork child, one of several pool threads
+      at once (the threads pool), or the worker's main thread (solo);
+    - in the worker's main process for what it decides itself: a task revoked or expired before
+      it ran (REVOKED), a message it refused (FAILURE with ``NotRegistered``, ``DecodeError``,
+      ...), a task stopped by its hard time limit or a lost process;
+    - in clients, never: they only read, wait, subscribe and forget.
+
+    So every method must be safe to call from several threads at once.
+
+    **Format.** The stored meta is ``{"status", "result", "traceback", "children", "date_done",
+    "task_id"}`` plus ``group_id``/``parent_id`` when the request has them and, with the
+    ``result_extended`` setting, ``name``, ``args``, ``kwargs``, ``worker``, ``retries`` and
+    ``queue`` (:func:`worker_core.results.meta.make_meta` builds it). It is serialized with
+    kombu's JSON (Celery's default ``result_serializer``), so datetimes, UUIDs, Decimals and bytes
+    round-trip and a Celery client reads it. ``result`` arrives already encoded: a plain value,
+    or for FAILURE, RETRY and REVOKED the exception as ``{"exc_type", "exc_message",
+    "exc_module"}`` (:func:`worker_core.results.meta.encode_exception`).
+
+    **Waiting.** :meth:`wait_for` must raise :class:`worker_core.exceptions.ResultTimeout` (a
+    ``TimeoutError``) once ``timeout`` passes, saying which task and its last state.
+
+    **Optional capabilities**: :class:`SuccessIsFinal`, :class:`DiscardsResults`.
+
+    The contract suite in :mod:`worker_core.testing.result_backend_contract` checks all of this.
     """
+
+    def __init__(self, url: str, settings: Settings) -> None:
+        """Check the URL and the ``result_*`` settings without connecting; raise
+        ``ConfigurationError`` naming what is wrong."""
 
     def store_result(
         self,
@@ -338,9 +502,15 @@ class ResultBackend(Protocol):
         traceback: str | None = None,
         request: Mapping[str, Any] | None = None,
     ) -> None:
-        """Save ``{"status", "result", "traceback", "children", "date_done", "task_id"}``.
+        """Save the task's meta (see **Format**), replacing what was stored for ``task_id``.
 
-        ``result`` is already encoded (exceptions as ``exc_type``/``exc_message``/``exc_module``).
+        ``state`` is one of Celery's states (STARTED, RETRY, SUCCESS, FAILURE, REVOKED, ...).
+        ``request`` is ``None`` (a revoke), ``{"task": name}`` (a refused message) or, for a task
+        that ran, its message fields by name: ``task``, ``id``, ``args``, ``kwargs``, ``retries``,
+        ``eta``, ``expires``, ``timelimit``, ``root_id``, ``parent_id``, ``group``,
+        ``group_index``, ``origin``, ``hostname``, ``reply_to``, ``correlation_id``,
+        ``delivery_info`` and ``ignore_result`` (:data:`worker_core.app.context.MESSAGE_FIELDS`).
+        Raise ``ResultError`` when it cannot be stored.
         """
 
     def get_task_meta(self, task_id: str) -> Mapping[str, Any]:
@@ -349,13 +519,68 @@ class ResultBackend(Protocol):
     def wait_for(
         self, task_id: str, timeout: float | None = None, interval: float = 0.5
     ) -> Mapping[str, Any]:
-        """Block until the task is ready; raise ``ResultTimeout`` after ``timeout`` seconds."""
+        """Block until the task is ready (SUCCESS, FAILURE or REVOKED) and return its meta; raise
+        ``ResultTimeout`` after ``timeout`` seconds. ``interval`` bounds the pause between two
+        reads for backends that poll."""
 
     def on_task_call(self, task_id: str) -> None:
-        """Called by the client just before it publishes the task (to subscribe early)."""
+        """Called by the client just before it publishes the task (to subscribe early, so a
+        result stored at once cannot be missed)."""
 
     def forget(self, task_id: str) -> None:
-        """Delete a stored result."""
+        """Delete a stored result; reading it then gives PENDING."""
 
     def close(self) -> None:
-        """Release connections; also called in a child process after fork."""
+        """Release connections; the backend may be used again afterwards (it reconnects)."""
+
+
+@runtime_checkable
+class SuccessIsFinal(Protocol):
+    """A result backend on which a stored SUCCESS is never replaced, as in Celery: a duplicate
+    run of a task (redelivered under at-least-once delivery) cannot turn it into a FAILURE.
+
+    Declared with ``success_is_final = True`` (``False`` means the same as leaving it out); test
+    for it with ``isinstance(backend, SuccessIsFinal) and backend.success_is_final``. The result
+    backend contract suite checks the promise; without it, the last store wins.
+    """
+
+    success_is_final: ClassVar[bool]
+
+
+@runtime_checkable
+class DiscardsResults(Protocol):
+    """A result backend that keeps nothing (``disabled``): :meth:`ResultBackend.store_result`
+    accepts every call and stores nothing, and :meth:`~ResultBackend.get_task_meta` and
+    :meth:`~ResultBackend.wait_for` raise ``BackendDisabled`` saying how to configure one.
+
+    Declared with ``discards_results = True``; test for it with ``isinstance(backend,
+    DiscardsResults) and backend.discards_results``. The worker need not store anything for such
+    a backend, and the contract suite checks this promise instead of the round trips.
+    """
+
+    discards_results: ClassVar[bool]
+
+
+# ---------------------------------------------------------------------------------------------
+# Which Protocols belong to which slot
+# ---------------------------------------------------------------------------------------------
+
+#: The required interface of each slot (the keys of :data:`worker_core.plugins.SLOT_GROUPS`).
+REQUIRED: Mapping[str, type] = {
+    "pool": Pool,
+    "transport": Transport,
+    "loop": EventLoop,
+    "autoscaler": Autoscaler,
+    "failover": FailoverStrategy,
+    "result_backend": ResultBackend,
+}
+
+#: The optional capabilities each slot's implementations may offer.
+CAPABILITIES: Mapping[str, tuple[type, ...]] = {
+    "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob),
+    "transport": (AcksSurviveReconnect, OffersResultBackend),
+    "loop": (),
+    "autoscaler": (),
+    "failover": (),
+    "result_backend": (SuccessIsFinal, DiscardsResults),
+}
