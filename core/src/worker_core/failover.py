@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from .exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from .slots import FailoverStrategy
 
 __all__ = ["Priority", "RoundRobin", "Shuffle"]
 
@@ -68,3 +72,10 @@ class Priority(RoundRobin):
 
     def preferred(self, current: str) -> str | None:
         return self.urls[0] if current != self.urls[0] else None
+
+
+if TYPE_CHECKING:
+    # mypy proves the classes satisfy their slot's Protocol.
+    _ROUND_ROBIN: type[FailoverStrategy] = RoundRobin
+    _SHUFFLE: type[FailoverStrategy] = Shuffle
+    _PRIORITY: type[FailoverStrategy] = Priority

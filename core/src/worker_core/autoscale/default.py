@@ -14,9 +14,12 @@ import threading
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import PoolError
+
+if TYPE_CHECKING:
+    from ..slots import Autoscaler
 
 __all__ = ["DemandAutoscaler", "keepalive_from_environment"]
 
@@ -175,3 +178,8 @@ class DemandAutoscaler:
             "current": self.processes,
             "qty": self.qty,
         }
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _AUTOSCALER: type[Autoscaler] = DemandAutoscaler

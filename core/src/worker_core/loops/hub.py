@@ -9,9 +9,9 @@ sent between turns, so they are batched.
 from __future__ import annotations
 
 import errno
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..slots import LoopContext
+from ..slots import EventLoop, LoopContext
 
 __all__ = ["AsyncLoop"]
 
@@ -68,3 +68,8 @@ class AsyncLoop:
         finally:
             if checks is not None:
                 checks.cancel()
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _LOOP: type[EventLoop] = AsyncLoop

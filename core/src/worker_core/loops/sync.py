@@ -7,9 +7,9 @@ second, shorter while pool threads may report back).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..slots import LoopContext
+from ..slots import EventLoop, LoopContext
 
 __all__ = ["SyncLoop", "fire_timers"]
 
@@ -54,3 +54,8 @@ class SyncLoop:
         finally:
             if checks is not None:
                 checks.cancel()
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _LOOP: type[EventLoop] = SyncLoop

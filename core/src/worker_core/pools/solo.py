@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from time import monotonic
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..exceptions import PoolError, SoftTimeLimitExceeded, TimeLimitExceeded, WorkerTerminate
-from ..slots import AcceptCallback, PoolOptions
+from ..slots import AcceptCallback, FixedConcurrency, Pool, PoolOptions
 
 __all__ = ["SoloPool", "interrupt_inline_job"]
 
@@ -194,3 +194,9 @@ class SoloPool:
             "running": int(self._running),
             "accepted": self._accepted,
         }
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _POOL: type[Pool] = SoloPool
+    _FIXED: type[FixedConcurrency] = SoloPool

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn
 
 from ..exceptions import BackendDisabled
 
 if TYPE_CHECKING:
     from ..app.settings import Settings
+    from ..slots import DiscardsResults, ResultBackend
 
 __all__ = ["DisabledBackend"]
 
 
 class DisabledBackend:
     """What the app uses when no result backend is configured: writes vanish, reads explain."""
+
+    discards_results: ClassVar[bool] = True
 
     def __init__(self, url: str = "disabled", settings: Settings | None = None) -> None:
         self.url = url
@@ -56,3 +59,9 @@ class DisabledBackend:
             f"WORKER_RESULT_BACKEND environment variable; the embedded transport keeps results in its "
             f"own file by default"
         )
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _BACKEND: type[ResultBackend] = DisabledBackend
+    _DISCARDS: type[DiscardsResults] = DisabledBackend

@@ -8,7 +8,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kombu.utils import json as _json
 
@@ -18,6 +18,7 @@ from .meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 if TYPE_CHECKING:
     from ..app.settings import Settings
+    from ..slots import ResultBackend, SuccessIsFinal
 
 __all__ = ["EmbeddedBackend"]
 
@@ -52,6 +53,9 @@ def _create_table(connection: sqlite3.Connection) -> None:
 
 class EmbeddedBackend:
     """Stores each task's meta as kombu JSON (datetimes, UUIDs, Decimals and bytes round-trip)."""
+
+    #: Like Celery, a SUCCESS stays: a late duplicate run cannot overwrite it.
+    success_is_final: ClassVar[bool] = True
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -150,3 +154,9 @@ class EmbeddedBackend:
                 yield conn
         except sqlite3.Error as exc:
             raise ResultError(f"cannot {action} in the embedded database {self.path!r}: {exc}") from exc
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _BACKEND: type[ResultBackend] = EmbeddedBackend
+    _FINAL: type[SuccessIsFinal] = EmbeddedBackend

@@ -10,10 +10,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from time import monotonic
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker_core.autoscale.default import DemandAutoscaler
 from worker_core.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from worker_core.slots import Autoscaler
 
 __all__ = ["BacklogAutoscaler"]
 
@@ -67,3 +70,8 @@ class BacklogAutoscaler(DemandAutoscaler):
         info = dict(super().info())
         info["backlog"] = self._waiting
         return info
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _AUTOSCALER: type[Autoscaler] = BacklogAutoscaler

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from worker_core.exceptions import ConfigurationError, PoolError
-from worker_core.slots import AcceptCallback, PoolOptions
+from worker_core.slots import AcceptCallback, Pool, PoolOptions, SharesOneQueue, WithdrawsOneJob
 
 from .drivers import HubDriver, SelectorDriver
 from .engine import SCHEDULING, Engine
@@ -407,3 +407,9 @@ class PreforkPool:
         """How many children were forked so far (replacements included)."""
         return self._engine.supervisor.forks
 
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _POOL: type[Pool] = PreforkPool
+    _SHARED: type[SharesOneQueue] = PreforkPool
+    _WITHDRAWS: type[WithdrawsOneJob] = PreforkPool

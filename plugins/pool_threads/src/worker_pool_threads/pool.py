@@ -26,10 +26,10 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from queue import Empty, SimpleQueue
 from time import monotonic
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from worker_core.exceptions import ConfigurationError, PoolError
-from worker_core.slots import AcceptCallback, PoolOptions
+from worker_core.slots import AcceptCallback, Pool, PoolOptions, SharesOneQueue, WithdrawsOneJob
 
 from .executor import RETIRE, STOP, Executor
 from .jobs import Job, abandoned, never_started, withdrawn_unstarted
@@ -345,3 +345,10 @@ def _fail(lost: list[tuple[Job, BaseException]]) -> None:
                 job.error_callback(exc)
             except Exception:
                 logger.exception("threads pool: error callback %r raised", job.error_callback)
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _POOL: type[Pool] = ThreadPool
+    _SHARED: type[SharesOneQueue] = ThreadPool
+    _WITHDRAWS: type[WithdrawsOneJob] = ThreadPool

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core.app.settings import Settings
+    from worker_core.slots import Transport
 
 __all__ = ["AmqpTransport"]
 
@@ -82,3 +83,8 @@ class AmqpTransport:
                 channel.close()
             except Exception:  # already closed by the broker after a failed declare
                 pass
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _TRANSPORT: type[Transport] = AmqpTransport

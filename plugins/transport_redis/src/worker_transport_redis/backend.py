@@ -9,7 +9,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kombu.utils import encoding as _encoding
 from kombu.utils import json as _json
@@ -22,6 +22,7 @@ from .backend_options import check_backend
 
 if TYPE_CHECKING:
     from worker_core.app.settings import Settings
+    from worker_core.slots import ResultBackend, SuccessIsFinal
 
     from .listener import ResultListener
 
@@ -75,6 +76,9 @@ class RedisBackend:
 
     Thread-safe; in a forked child it connects again (the parent's sockets are left alone).
     """
+
+    #: The store script never replaces a SUCCESS (a late duplicate run cannot overwrite it).
+    success_is_final: ClassVar[bool] = True
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -203,3 +207,9 @@ class RedisBackend:
                                policy["max_retries"], interval)
                 time.sleep(interval)
                 interval = min(interval + float(policy["interval_step"]), float(policy["interval_max"]))
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _BACKEND: type[ResultBackend] = RedisBackend
+    _FINAL: type[SuccessIsFinal] = RedisBackend

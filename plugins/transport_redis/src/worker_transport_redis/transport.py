@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core.app.settings import Settings
+    from worker_core.slots import AcksSurviveReconnect, Transport
 
 __all__ = ["RedisTransport"]
 
@@ -85,3 +86,9 @@ class RedisTransport:
                 f"(got a channel of {type(channel).__module__}.{type(channel).__qualname__})"
             )
         return int(channel._size(queue))
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _TRANSPORT: type[Transport] = RedisTransport
+    _ACKS: type[AcksSurviveReconnect] = RedisTransport

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from ...app.settings import Settings
+    from ...slots import OffersResultBackend, Transport
 
 __all__ = ["OPTIONS", "EmbeddedTransport"]
 
@@ -95,3 +96,9 @@ class EmbeddedTransport:
                 f"(got a channel of {type(channel).__module__}.{type(channel).__qualname__})"
             )
         return channel.store.size(queue)
+
+
+if TYPE_CHECKING:
+    # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
+    _TRANSPORT: type[Transport] = EmbeddedTransport
+    _DEFAULT_BACKEND: type[OffersResultBackend] = EmbeddedTransport
