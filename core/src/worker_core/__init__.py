@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .app import App, AsyncResult, Settings, Task
     from .bootsteps import Condition, Step
+    from .exceptions import ResultTimeout
     from .hookspecs import hookimpl
     from .options import OptionSpec, WorkerOptions
 
@@ -15,6 +16,7 @@ __all__ = [
     "AsyncResult",
     "Condition",
     "OptionSpec",
+    "ResultTimeout",
     "Settings",
     "Step",
     "Task",
@@ -28,6 +30,7 @@ __all__ = [
 _HOME = {
     "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
     "Condition": "bootsteps", "Step": "bootsteps",
+    "ResultTimeout": "exceptions",
     "hookimpl": "hookspecs",
     "OptionSpec": "options", "WorkerOptions": "options",
 }

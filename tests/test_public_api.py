@@ -1,0 +1,71 @@
+"""The names ``worker_core`` exports: pinned, so the public API changes only on purpose."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+import worker_core
+
+PUBLIC = [
+    "App",
+    "AsyncResult",
+    "Condition",
+    "OptionSpec",
+    "ResultTimeout",
+    "Settings",
+    "Step",
+    "Task",
+    "WorkerOptions",
+    "hookimpl",
+]
+
+
+def test_the_exported_names_are_exactly_the_pinned_ones() -> None:
+    assert worker_core.__all__ == PUBLIC
+
+
+#: where each exported name is defined
+HOMES = {
+    "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
+    "Condition": "bootsteps", "Step": "bootsteps",
+    "ResultTimeout": "exceptions",
+    "hookimpl": "hookspecs",
+    "OptionSpec": "options", "WorkerOptions": "options",
+}
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_exported_name_is_the_object_its_module_defines(name: str) -> None:
+    home = importlib.import_module(f"worker_core.{HOMES[name]}")
+    assert getattr(worker_core, name) is getattr(home, name)
+    assert name in dir(worker_core)
+
+
+def test_result_timeout_is_the_error_a_result_wait_raises() -> None:
+    from worker_core.exceptions import ResultTimeout, WorkerError
+
+    assert worker_core.ResultTimeout is ResultTimeout
+    assert issubclass(worker_core.ResultTimeout, WorkerError)
+
+
+def test_star_import_gives_every_exported_name() -> None:
+    namespace: dict[str, object] = {}
+    exec("from worker_core import *", namespace)
+    assert sorted(set(namespace) - {"__builtins__"}) == sorted(PUBLIC)
+
+
+def test_an_unknown_name_is_an_attribute_error_naming_it() -> None:
+    with pytest.raises(AttributeError, match="module 'worker_core' has no attribute 'Nope'"):
+        worker_core.Nope  # noqa: B018
+
+
+def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
+    """Plugins that only declare steps or catch an error should not pay for the tasks API."""
+    script = ("import sys, worker_core; worker_core.ResultTimeout; worker_core.OptionSpec; "
+              "print('kombu' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
