@@ -67,6 +67,18 @@ def failing_initializer() -> None:
     raise RuntimeError("database unreachable (test)")
 
 
+def ignore_sigterm_then_sleep(ready: str, seconds: float) -> float:
+    """Ignore SIGTERM, say so by creating ``ready``, then sleep.
+
+    The child reports a job accepted before the job's code runs, so a test that signals on
+    acceptance alone may reach the child before it ignores anything; ``ready`` closes that gap.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    Path(ready).touch()
+    time.sleep(seconds)
+    return seconds
+
+
 @pytest.fixture
 def release(tmp_path: Path) -> Iterator[str]:
     """A path blocking jobs wait for; created at teardown so no child stays blocked."""
@@ -137,9 +149,11 @@ def test_terminate_job_kills_the_task_and_the_child_is_replaced(driver: str, rel
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_terminate_job_kills_a_child_that_outlives_its_sigterm(driver: str) -> None:
+def test_terminate_job_kills_a_child_that_outlives_its_sigterm(driver: str, tmp_path: Path) -> None:
+    ready = tmp_path / "ignoring"
     with run_pool(PoolOptions(concurrency=1), driver) as runner:
-        probe = runner.submit(jobs.sleep_ignoring_sigterm, (30.0,)).wait_accepted()
+        probe = runner.submit(ignore_sigterm_then_sleep, (str(ready), 30.0)).wait_accepted()
+        wait_for(ready.exists, "the task did not start ignoring SIGTERM")
         started = time.monotonic()
         runner.call(runner.pool.terminate_job, probe.pid)
         error = probe.wait().error
