@@ -9,9 +9,14 @@ import click
 from kombu.utils.json import dumps
 
 from ..exceptions import ResultTimeout, WorkerError
+from ..results.meta import PENDING
 from .common import client_app, fail
 
-__all__ = ["call"]
+__all__ = ["DEFAULT_WAIT", "call"]
+
+#: seconds ``--wait`` waits without ``--timeout``: long enough for a real task, short enough that
+#: a call with no worker behind it ends with an error instead of hanging a script
+DEFAULT_WAIT = 60.0
 
 
 def _json(value: str, what: str, kind: type) -> Any:
@@ -38,8 +43,9 @@ def _json(value: str, what: str, kind: type) -> Any:
 @click.option("--queue", "-Q", help="Queue to send to (default: the app's routing, else celery).")
 @click.option("--priority", type=click.IntRange(0, 255), help="Message priority.")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True),
-              help="With --wait: give up after this many seconds.")
+@click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
+              help=f"With --wait: give up after this many seconds (default {DEFAULT_WAIT:g}; "
+                   f"0 waits for ever).")
 def call(task_name: str, app_spec: str | None, broker: str | None, args_json: str, kwargs_json: str,
          countdown: float | None, expires: float | None, queue: str | None, priority: int | None,
          wait: bool, timeout: float | None) -> None:
@@ -48,6 +54,9 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
     kwargs = _json(kwargs_json, "--kwargs", dict)
     if queue is not None and (not queue or queue != queue.strip()):
         raise click.BadParameter(f"must be a queue name (got {queue!r})", param_hint="--queue")
+    if timeout is not None and not wait:
+        raise click.UsageError(f"--timeout applies only with --wait (got --timeout {timeout:g} without "
+                               f"--wait); add --wait to wait for the result")
     try:
         app = client_app(app_spec, broker)
         result = app.send_task(task_name, args, kwargs, countdown=countdown, expires=expires,
@@ -61,10 +70,11 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
     click.echo(result.id)
     if not wait:
         return
+    limit = DEFAULT_WAIT if timeout is None else timeout
     try:
-        value = result.get(timeout=timeout)
-    except ResultTimeout as exc:
-        raise click.ClickException(str(exc)) from None
+        value = result.get(timeout=limit or None)
+    except ResultTimeout:
+        raise click.ClickException(_not_finished(app, task_name, result, queue, limit)) from None
     except WorkerError as exc:
         raise fail(exc) from None
     except Exception as exc:
@@ -72,3 +82,20 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
             f"task {task_name}[{result.id}] failed: {type(exc).__name__}: {exc}"
         ) from None
     click.echo(dumps(value))
+
+
+def _not_finished(app: Any, task_name: str, result: Any, queue: str | None, seconds: float) -> str:
+    """Why ``--wait`` gave up, and what to check: most often no worker consumes that queue."""
+    from ..redaction import redact_url
+
+    try:
+        state = result.state
+    except Exception:  # the backend failed after the wait: the timeout is still the news
+        state = "unknown"
+    brokers = ";".join(redact_url(url) for url in app.broker_urls)
+    if state == PENDING:
+        hint = f"is a worker running on {brokers} and consuming queue {app.route(task_name, queue)!r}?"
+    else:
+        hint = "a worker has it but did not finish it yet."
+    return (f"no worker finished task {task_name}[{result.id}] within {seconds:g}s (state: {state}): "
+            f"{hint} Wait longer with --timeout SECONDS, or --timeout 0 to wait for ever")
