@@ -158,3 +158,13 @@ def test_a_plugin_step_and_option_appear_in_steps(site):
     assert audit["distribution"] == "audit-plugin" and audit["description"] == "audit level 3"
     code, _, err = run("steps", "-P", "solo", "--audit-level", "high")
     assert code == 2 and "--audit-level" in err
+
+
+def test_the_failback_step_is_part_of_the_consumer_only_with_several_brokers():
+    one = steps_json("-P", "solo", "-b", "redis://127.0.0.1:6379/0")["consumer"]
+    assert "Failback" not in one["order"]
+    left_out = {s["name"]: s["disabled_reason"] for s in one["steps"] if not s["enabled"]}
+    assert left_out["Failback"] == "only when several broker URLs are given"
+    several = steps_json("-P", "solo", "-b", "redis://a:6379/0;redis://b:6379/0", "--failover", "priority")
+    order = several["consumer"]["order"]
+    assert order.index("Connection") < order.index("Failback") < order.index("Loop")

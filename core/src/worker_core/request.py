@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute, request_mapping
-from .protocol import TaskEnvelope, safe_repr, to_iso
+from .protocol import TaskEnvelope, safe_repr, shown, to_iso
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
@@ -73,7 +73,8 @@ class Request:
 
     @property
     def label(self) -> str:
-        return f"{self.name}[{self.id}]"
+        """``name[id]`` for log lines, bounded: both come from the message."""
+        return f"{shown(self.name)}[{shown(self.id, 100)}]"
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -143,7 +144,7 @@ class Request:
         )
 
     def on_accepted(self, pid: int, time_accepted: float) -> None:
-        self.consumer.in_loop(self._accepted, pid, time_accepted)
+        self.consumer.inbox.call(self._accepted, pid, time_accepted)
 
     def _accepted(self, pid: int, time_accepted: float) -> None:
         self.worker_pid = pid
@@ -159,10 +160,10 @@ class Request:
                 return
         if not self.acks_late:
             self.acknowledge()
-        self.consumer.task_started(self)
+        self.consumer.reservations.task_started(self)
 
     def on_result(self, outcome: tuple[Any, ...]) -> None:
-        self.consumer.in_loop(self._result, outcome)
+        self.consumer.inbox.call(self._result, outcome)
 
     def _result(self, outcome: tuple[Any, ...]) -> None:
         if self.finished:
@@ -193,24 +194,24 @@ class Request:
             self.reject(requeue=requeue)
         else:  # ignored
             self._ack_late()
-        consumer.task_done(self)
+        consumer.reservations.task_done(self)
 
     def on_error(self, exc: BaseException) -> None:
-        self.consumer.in_loop(self._error, exc)
+        self.consumer.inbox.call(self._error, exc)
 
     def _error(self, exc: BaseException) -> None:
         if self.finished:
             return
         consumer = self.consumer
-        if consumer.terminating or isinstance(exc, JobWithdrawn):
+        if consumer.worker.terminating or isinstance(exc, JobWithdrawn):
             # cold shutdown, or given back unstarted: leave the message unacknowledged; closing
             # the channel (or the lost connection) gives it back to the broker
-            consumer.task_done(self)
+            consumer.reservations.task_done(self)
             return
         text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:
             if self._send_again_after_lost_process(exc):
-                consumer.task_done(self)
+                consumer.reservations.task_done(self)
                 return
             exc = WorkerLostError(
                 f"{exc}; its process died {self.lost_count() + 1} times, so it is not run again "
@@ -223,7 +224,7 @@ class Request:
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
                         runtime=0.0, exception=safe_repr(exc), traceback="")
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
-        consumer.task_done(self)
+        consumer.reservations.task_done(self)
 
     def lost_count(self) -> int:
         """How many processes this task has already killed (carried in the message's headers)."""
@@ -242,7 +243,7 @@ class Request:
                      limit if limit is not None else "unlimited")
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
                         runtime=0.0, exception=safe_repr(exc), traceback="")
-        if consumer.republish(self.message, {LOST_HEADER: lost}):
+        if consumer.tasks.republish(self.message, {LOST_HEADER: lost}):
             self.acknowledge()
         else:
             self.reject(requeue=True)
@@ -257,7 +258,7 @@ class Request:
     def revoke(self, reason: str) -> None:
         """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked)."""
         self.discard(reason)
-        self.consumer.task_done(self, started=False)
+        self.consumer.reservations.task_done(self, started=False)
 
     def discard(self, reason: str) -> None:
         logger.info("Discarding revoked task: %s (%s)", self.label, reason)
@@ -279,7 +280,8 @@ class Request:
             return
         pool.terminate_job(self.worker_pid, signum)
         self._mark_revoked("terminated")
-        self.consumer.task_done(self)  # sets finished: the pool's report of the killed job is ignored
+        # sets finished: the pool's report of the killed job is ignored
+        self.consumer.reservations.task_done(self)
 
     def cancel_after_connection_loss(self, pool: Any) -> None:
         """Stop this running ``acks_late`` task whose acknowledgement can no longer reach the
@@ -296,7 +298,8 @@ class Request:
         self.acknowledged = True  # its channel is gone: nothing to acknowledge or reject
         self.store(encode_exception(Retry("cancelled by the worker after a connection loss")), RETRY, None)
         self.consumer.notify("task_retried", request=self, reason="cancelled after a connection loss")
-        self.consumer.task_done(self)  # sets finished: the pool's report of the killed process is ignored
+        # sets finished: the pool's report of the killed process is ignored
+        self.consumer.reservations.task_done(self)
 
     # -- acknowledgement ---------------------------------------------------------------------------
 
@@ -316,12 +319,12 @@ class Request:
     def acknowledge(self) -> None:
         if not self.acknowledged:
             self.acknowledged = True
-            self.consumer.ack(self.message)
+            self.consumer.tasks.ack(self.message)
 
     def reject(self, requeue: bool = False) -> None:
         if not self.acknowledged:
             self.acknowledged = True
-            self.consumer.reject(self.message, requeue=requeue)
+            self.consumer.tasks.reject(self.message, requeue=requeue)
 
     def store(self, result: Any, state: str, traceback: str | None) -> None:
         if self.envelope.ignore_result or self.task.ignore_result:

@@ -10,7 +10,7 @@ from kombu.serialization import prepare_accept_content
 
 from ..exceptions import NotRegistered, ProtocolError
 from ..options import did_you_mean
-from ..protocol import decode_task
+from ..protocol import decode_task, shown
 from ..request import Request
 from .refusal import refuse
 
@@ -49,10 +49,10 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
             refuse(consumer, message, unknown_task(consumer, envelope.name), NotRegistered(envelope.name))
             return
         try:
-            consumer.receive(Request(consumer, message, envelope, task))
+            consumer.reservations.receive(Request(consumer, message, envelope, task))
         except Exception as exc:
-            logger.critical("Internal error while receiving %s[%s]", envelope.name, envelope.id,
-                            exc_info=True)
+            logger.critical("Internal error while receiving %s[%s]", shown(envelope.name),
+                            shown(envelope.id, 100), exc_info=True)
             reason = f"internal error while receiving it: {type(exc).__name__}: {exc}"
             refuse(consumer, message, ProtocolError(reason))
 

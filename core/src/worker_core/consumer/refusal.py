@@ -65,7 +65,7 @@ def refuse(consumer: Consumer, message: Message, error: BaseException,
     reason = _one_line(str(error) or type(error).__name__)
     logger.error("Rejected message %s: %s", describe_message(message), reason)
     consumer.notify("task_rejected", request=None, reason=reason, requeue=False)
-    consumer.reject(message, requeue=False)
+    consumer.tasks.reject(message, requeue=False)
     _fail_result(consumer, message, error if stored is None else stored)
 
 

@@ -1,21 +1,22 @@
-"""The consumer blueprint's steps: Connection, Tasks and the event loop (last).
+"""The consumer blueprint's steps: Connection, Failback, Tasks, Control and the event loop (last).
 
 The consumer blueprint is stopped and started again after every lost broker connection; the
-worker blueprint around it is not.
+worker blueprint around it is not. The events plugin adds Events and Heart.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Condition, Step
 from ..redaction import redact_url
 
 if TYPE_CHECKING:
+    from ..control.node import ControlNode
     from ..options import WorkerOptions
     from .consumer import Consumer
 
-__all__ = ["CONSUMER_STEPS", "ConnectionStep", "ControlStep", "LoopStep", "TasksStep"]
+__all__ = ["CONSUMER_STEPS", "ConnectionStep", "ControlStep", "FailbackStep", "LoopStep", "TasksStep"]
 
 
 class ConnectionStep(Step["Consumer"]):
@@ -28,10 +29,37 @@ class ConnectionStep(Step["Consumer"]):
         return "broker " + " ; ".join(redact_url(url) for url in options.brokers)
 
     def start(self, consumer: Consumer) -> None:
-        consumer.connect()
+        consumer.broker.connect()
 
     def stop(self, consumer: Consumer) -> None:
-        consumer.disconnect()
+        consumer.broker.disconnect()
+
+
+class FailbackStep(Step["Consumer"]):
+    """With several brokers, moves back to the preferred one (failover ``priority``: the first)
+    as soon as it answers again, once the running tasks are done where they came from."""
+
+    name = "Failback"
+    requires = ("Connection",)
+    condition = Condition("several broker URLs are given", lambda options: len(options.brokers) > 1)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._entry: Any = None
+
+    def describe(self, options: WorkerOptions) -> str:
+        return f"checks every broker_failback_interval whether the {options.failover} strategy prefers " \
+               f"another broker"
+
+    def start(self, consumer: Consumer) -> None:
+        if self._entry is None and consumer.timer is not None:
+            interval = consumer.app.settings.broker_failback_interval
+            self._entry = consumer.timer.call_repeatedly(interval, consumer.broker.check_preferred_broker)
+
+    def stop(self, consumer: Consumer) -> None:
+        if self._entry is not None:
+            self._entry.cancel()
+            self._entry = None
 
 
 class TasksStep(Step["Consumer"]):
@@ -45,10 +73,10 @@ class TasksStep(Step["Consumer"]):
         return "consume " + ", ".join(options.queues)
 
     def start(self, consumer: Consumer) -> None:
-        consumer.start_consuming()
+        consumer.tasks.start()
 
     def stop(self, consumer: Consumer) -> None:
-        consumer.stop_consuming()
+        consumer.tasks.stop()
 
 
 class ControlStep(Step["Consumer"]):
@@ -61,11 +89,21 @@ class ControlStep(Step["Consumer"]):
     condition = Condition("worker_enable_remote_control is on", lambda options: options.remote_control)
     label = "remote control: ping, stats, active, autoscale, pool_grow, shutdown, ..."
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.node: ControlNode | None = None
+
     def start(self, consumer: Consumer) -> None:
-        consumer.start_control()
+        from ..control.node import start_node
+
+        connection = consumer.broker.connection
+        assert connection is not None
+        self.node = start_node(consumer.worker, connection, announce=not consumer.restart_count)
 
     def stop(self, consumer: Consumer) -> None:
-        consumer.stop_control()
+        node, self.node = self.node, None
+        if node is not None and not consumer.broker.lost:
+            node.close()
 
 
 class LoopStep(Step["Consumer"]):
@@ -79,8 +117,25 @@ class LoopStep(Step["Consumer"]):
         return f"{options.loop} event loop"
 
     def start(self, consumer: Consumer) -> None:
-        consumer.run_loop()
+        worker = consumer.worker
+        loop = worker.plugins.slot("loop", consumer.options.loop)()
+        hub = consumer.hub
+        if hub is not None:
+            if consumer.restart_count:
+                # The lost connection's descriptors and tick callbacks must not linger in the
+                # poller; everything that lives on the hub registers again.
+                hub.reset()
+                hub.on_tick.clear()
+                if worker.pool is not None:
+                    worker.pool.register_with_event_loop(hub)
+            consumer.inbox.install(hub)
+        try:
+            loop.run(consumer)
+        except Exception as exc:
+            if consumer.broker.is_connection_error(exc):
+                consumer.broker.lost = True
+            raise
 
 
 def CONSUMER_STEPS() -> list[Step[Consumer]]:
-    return [ConnectionStep(), TasksStep(), ControlStep(), LoopStep()]
+    return [ConnectionStep(), FailbackStep(), TasksStep(), ControlStep(), LoopStep()]

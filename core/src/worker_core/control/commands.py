@@ -90,14 +90,15 @@ def stats(worker: Worker, **_celery: Any) -> dict[str, Any]:
 
 def active(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
-    return [request_info(r) for r in consumer.active] if consumer else []
+    return [request_info(r) for r in consumer.reservations.active] if consumer else []
 
 
 def reserved(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
     if consumer is None:
         return []
-    return [request_info(r) for r in consumer.reserved if r not in consumer.active]
+    held = consumer.reservations
+    return [request_info(r) for r in held.reserved if r not in held.active]
 
 
 def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
@@ -105,7 +106,7 @@ def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[s
     if consumer is None:
         return []
     return [{"eta": r.envelope.eta.isoformat() if r.envelope.eta else None, "priority": None,
-             "request": request_info(r)} for r in consumer.eta_held]
+             "request": request_info(r)} for r in consumer.reservations.eta_held]
 
 
 def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False,
@@ -135,7 +136,7 @@ def add_consumer(worker: Worker, queue: Any = None, exchange: Any = None, exchan
         return ok(f"already consuming from {name!r}")
     worker.queues.append(name)
     if worker.consumer is not None:
-        worker.consumer.add_queue(task_queue(name, worker.app.settings))
+        worker.consumer.tasks.add_queue(task_queue(name, worker.app.settings))
     logger.info("Started consuming from %s", name)
     return ok(f"add consumer {name}")
 
@@ -147,7 +148,7 @@ def cancel_consumer(worker: Worker, queue: Any = None, **_celery: Any) -> dict[s
         return nok(f"not consuming from {queue!r}; the queues consumed are {consumed}")
     worker.queues.remove(queue)
     if worker.consumer is not None:
-        worker.consumer.cancel_queue(queue)
+        worker.consumer.tasks.cancel_queue(queue)
     logger.info("Stopped consuming from %s", queue)
     return ok(f"no longer consuming from {queue}")
 
@@ -249,8 +250,9 @@ def revoke(worker: Worker, task_id: Any = None, terminate: bool = False, signal:
     worker.revoked.add(ids)
     worker.save_state()
     consumer = worker.consumer
-    held = consumer.requests_by_id(ids) if consumer is not None else {}
-    discarded = [request.id for request in consumer.revoke_waiting(ids)] if consumer is not None else []
+    reservations = consumer.reservations if consumer is not None else None
+    held = reservations.requests_by_id(ids) if reservations is not None else {}
+    discarded = [request.id for request in reservations.revoke_waiting(ids)] if reservations else []
     _mark_revoked(worker, [task_id for task_id in ids if task_id not in held])
     if signum is None:
         logger.info("Tasks flagged as revoked: %s", ", ".join(ids))
@@ -305,9 +307,10 @@ def query_task(worker: Worker, ids: Any = None, **_celery: Any) -> dict[str, Any
         return {}
     if consumer is None:
         return {}
-    found = consumer.requests_by_id(wanted)
-    return {task_id: ["active" if request in consumer.active else
-                      "scheduled" if request in consumer.eta_held else "reserved", request_info(request)]
+    held = consumer.reservations
+    found = held.requests_by_id(wanted)
+    return {task_id: ["active" if request in held.active else
+                      "scheduled" if request in held.eta_held else "reserved", request_info(request)]
             for task_id, request in found.items()}
 
 
@@ -333,7 +336,7 @@ def rate_limit(worker: Worker, task_name: Any = None, rate_limit: Any = None,
         return nok("rate limits are disabled on this worker (worker_disable_rate_limits)")
     task.rate_limit = rate_limit
     if worker.consumer is not None:
-        worker.consumer.rate_limits.set_rate(task.name, task.rate_per_second)
+        worker.consumer.reservations.rate_limits.set_rate(task.name, task.rate_per_second)
     if not task.rate_per_second:
         logger.info("Rate limits disabled for tasks of type %s", task.name)
         return ok("rate limit disabled successfully")

@@ -80,8 +80,9 @@ class EventsStep(Step["Consumer"]):
         return f"{task} on the celeryev exchange"
 
     def start(self, consumer: Consumer) -> None:
-        assert consumer.connection is not None
-        consumer.events = EventDispatcher(consumer.connection, consumer.hostname,
+        connection = consumer.broker.connection
+        assert connection is not None
+        consumer.events = EventDispatcher(connection, consumer.hostname,
                                           task_events=task_events_enabled(consumer))
         if consumer.events.task_events:
             enable_task_events(consumer)
@@ -118,7 +119,7 @@ class HeartStep(Step["Consumer"]):
         if self._entry is not None:
             self._entry.cancel()
             self._entry = None
-            if not consumer.connection_lost:
+            if not consumer.broker.lost:
                 send_heartbeat(consumer, "worker-offline")
 
 
@@ -131,8 +132,9 @@ def send_heartbeat(consumer: Consumer, kind: str) -> None:
 
     if consumer.events is None:
         return
-    consumer.events.send(kind, freq=heartbeat_interval(consumer.options), active=len(consumer.active),
-                         processed=sum(consumer.totals.values()),
+    reservations = consumer.reservations
+    consumer.events.send(kind, freq=heartbeat_interval(consumer.options), active=len(reservations.active),
+                         processed=sum(reservations.totals.values()),
                          loadavg=[round(load, 2) for load in os.getloadavg()], sw_ident="py-worker",
                          sw_ver=__version__, sw_sys=SYSTEM)
 

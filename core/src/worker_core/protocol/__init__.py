@@ -1,7 +1,7 @@
 """Celery's message protocol v2: building, decoding and the dates it carries."""
 
 from .decode import JSON, TaskEnvelope, decode_task
-from .message import OutgoingMessage, origin_name, safe_repr, task_message
+from .message import OutgoingMessage, origin_name, safe_repr, shown, task_message
 from .times import parse_iso, to_iso, utcnow
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "origin_name",
     "parse_iso",
     "safe_repr",
+    "shown",
     "task_message",
     "to_iso",
     "utcnow",

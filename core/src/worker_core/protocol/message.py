@@ -14,7 +14,7 @@ import attrs
 
 from .times import in_seconds, parse_iso, to_iso, utcnow
 
-__all__ = ["OutgoingMessage", "origin_name", "safe_repr", "task_message"]
+__all__ = ["OutgoingMessage", "origin_name", "safe_repr", "shown", "task_message"]
 
 REPR_MAXSIZE = 1024
 _repr = reprlib.Repr()
@@ -31,6 +31,16 @@ def safe_repr(value: Any, maxsize: int = REPR_MAXSIZE) -> str:
     except Exception:  # a broken __repr__ must not break publishing
         text = f"<unrepresentable {type(value).__name__}>"
     return text if len(text) <= maxsize else text[: maxsize - 3] + "..."
+
+
+def shown(text: str, maxsize: int = 200) -> str:
+    """Text from a message (a task name, an id) as a log line may carry it: as it is when it is
+    short and printable, else bounded, and quoted when it holds line breaks or escapes."""
+    if len(text) <= maxsize and text.isprintable():
+        return text
+    if not text.isprintable():
+        return safe_repr(text, maxsize)
+    return text[: maxsize - 3] + "..."
 
 
 _ORIGIN: str | None = None

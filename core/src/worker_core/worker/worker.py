@@ -129,7 +129,7 @@ class Worker:
         self.stopping = True
         consumer = self.consumer
         if consumer is not None:
-            consumer.wake()
+            consumer.inbox.wake()
         if self.terminating:
             from ..pools.solo import interrupt_inline_job
 
@@ -144,7 +144,7 @@ class Worker:
 
     def demand(self) -> int:
         """Requests reserved by the consumer: waiting for the pool or running."""
-        return len(self.consumer.reserved) if self.consumer is not None else 0
+        return len(self.consumer.reservations.reserved) if self.consumer is not None else 0
 
     def backlog(self) -> int:
         """Messages waiting in the broker on this worker's queues (not yet reserved by anyone)."""
@@ -156,7 +156,7 @@ class Worker:
 
     def on_max_concurrency_change(self, difference: int) -> None:
         if self.consumer is not None:
-            self.consumer.in_loop(self.consumer.change_max_prefetch, difference)
+            self.consumer.inbox.call(self.consumer.tasks.change_max_prefetch, difference)
 
     # -- hooks -------------------------------------------------------------------------------
 

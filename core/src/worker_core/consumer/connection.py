@@ -1,0 +1,112 @@
+"""The consumer's broker connection: opened through the :class:`~.connect.Connector` (retries and
+failover), closed without waiting for a broker that is gone, and, with several brokers, moved
+back to the preferred one once it answers again (failover ``priority``, the Failback step)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from ..options import scheme_of
+from ..redaction import redact_url
+from .connect import Connector
+
+if TYPE_CHECKING:
+    from kombu.connection import Connection
+
+    from .consumer import Consumer
+
+__all__ = ["BrokerConnection"]
+
+logger = logging.getLogger("worker.consumer")
+
+
+class BrokerConnection:
+    """The current connection to the broker, and what its loss means."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        worker = consumer.worker
+        settings = consumer.app.settings
+        heartbeat = {"heartbeat": settings.broker_heartbeat} if settings.broker_heartbeat else {}
+        self.connector = Connector(
+            worker.plugins, settings, consumer.options.brokers, consumer.options.failover,
+            should_continue=lambda: not worker.stopping, connection_options=heartbeat,
+        )
+        self.connection: Connection | None = None
+        #: the broker went away: stopping must not wait for it
+        self.lost = False
+        #: the broker that the requests kept across a lost connection came from
+        self.received_from: str | None = None
+        #: the broker to move back to once the running tasks are done there (failover priority)
+        self.switch_to: str | None = None
+        self._errors: tuple[type[BaseException], ...] = ()
+
+    @property
+    def current(self) -> str | None:
+        """The URL connected to (or last connected to)."""
+        return self.connector.current
+
+    def is_connection_error(self, exc: BaseException) -> bool:
+        # The connection is already released when a failed start unwinds, so its error classes
+        # are remembered from when it was opened.
+        return isinstance(exc, (OSError, *self._errors))
+
+    def acks_survive_reconnect(self) -> bool:
+        """Whether messages received on the lost connection can be acknowledged on the next one
+        (Redis: yes; AMQP: delivery tags belong to the channel they came on)."""
+        url = self.connector.current
+        if url is None:
+            return False
+        transport = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        return bool(getattr(transport, "acks_survive_reconnect", False))
+
+    def connect(self) -> None:
+        self.lost = False
+        self.connection = self.connector.connect(on_wait=self.consumer.inbox.run_pending)
+        if self.received_from not in (None, self.connector.current):
+            # Requests kept across the lost connection belong to the broker left behind: it
+            # gives their messages back; this one cannot acknowledge them.
+            dropped = self.consumer.reservations.forget_unstarted()
+            if dropped:
+                logger.warning("Dropped %d task(s) received from %s before switching brokers: that "
+                               "broker delivers them again", dropped, redact_url(self.received_from))
+        self.received_from = None
+        self._errors = (
+            *self.connection.recoverable_connection_errors, *self.connection.recoverable_channel_errors
+        )
+
+    def disconnect(self) -> None:
+        connection, self.connection = self.connection, None
+        self.consumer.tasks.forget()
+        if connection is None:
+            return
+        try:
+            if self.lost:
+                # Closing politely would wait for a broker that is gone (forever, if the network
+                # hangs): only drop what is ours. The broker gives unacknowledged messages back.
+                connection.collect()
+            else:
+                connection.release()
+        except Exception as exc:
+            logger.debug("error while closing the broker connection: %r", exc)
+
+    # -- moving back to a preferred broker (failover strategy "priority"; the Failback step) -----
+
+    def check_preferred_broker(self) -> None:
+        """Plan a move to the broker the failover strategy prefers, if it answers again."""
+        current = self.connector.current
+        if current is None or self.switch_to is not None or self.consumer.worker.stopping:
+            return
+        preferred = self.connector.strategy.preferred(current)
+        if preferred is None or preferred == current:
+            return
+        if self.connector.answers(preferred):
+            logger.warning("consumer: broker %s answers again; moving back to it from %s",
+                           redact_url(preferred), redact_url(current))
+            self.switch_to = preferred
+
+    def switch(self) -> None:
+        """Connect to the broker chosen by :meth:`check_preferred_broker` at the next start."""
+        target, self.switch_to = self.switch_to, None
+        self.connector.current = target

@@ -1,0 +1,236 @@
+"""The requests a worker holds between their message's arrival and their end: waiting for their
+ETA, their rate limit or room in the pool, queued in the pool, running; and the rules that move
+them (dispatch under fair or fcfs scheduling, revokes, giving back the unstarted)."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import math
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any
+
+from ..protocol import utcnow
+from .ratelimit import RateLimits
+
+if TYPE_CHECKING:
+    from ..request import Request
+    from .consumer import Consumer
+
+__all__ = ["Reservations"]
+
+logger = logging.getLogger("worker.consumer")
+
+
+def _shares_queue(pool: Any) -> bool:
+    """Whether the pool's executors take jobs from one queue (no gate is needed then)."""
+    return bool(getattr(pool, "shared_queue", False))
+
+
+class Reservations:
+    """What the consumer holds, and how it goes to the pool.
+
+    ``reserved`` holds every request from its arrival (or the end of its ETA wait) to its end;
+    ``ready`` those waiting for room in the pool, ``eta_held`` those waiting for their ETA,
+    ``active`` those running. ``inflight`` counts the requests handed to the pool and not done.
+    """
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        self.worker = consumer.worker
+        self.revoked = consumer.worker.revoked
+        self.fcfs = consumer.options.scheduling == "fcfs"
+        self.ready: collections.deque[Request] = collections.deque()
+        self.eta_held: set[Request] = set()
+        self.reserved: set[Request] = set()
+        self.active: set[Request] = set()
+        self.inflight = 0
+        #: tasks done, by name (``inspect stats``' ``total``)
+        self.totals: collections.Counter[str] = collections.Counter()
+        self.rate_limits = RateLimits(consumer.timer, self._reserve_now)
+        self.rate_limits_enabled = not consumer.app.settings.worker_disable_rate_limits
+        self._dispatching = False
+        #: no more dispatching: the worker stops, or leaves its broker, once the running end
+        self.draining = False
+
+    # -- arrival -----------------------------------------------------------------------------
+
+    def receive(self, request: Request) -> None:
+        consumer = self.consumer
+        if consumer.log_info:
+            logger.info("Task %s received", request.label)
+        if request.id in self.revoked:
+            request.revoke("revoked")
+            return
+        consumer.notify("task_received", request=request)
+        envelope = request.envelope
+        if envelope.expires is not None or envelope.eta is not None:
+            now = utcnow()
+            if envelope.expires is not None and envelope.expires <= now:
+                request.revoke("expired")
+                return
+            if envelope.eta is not None and envelope.eta > now:
+                self._hold_until_eta(request, (envelope.eta - now).total_seconds())
+                return
+        self._reserve(request)
+
+    def _hold_until_eta(self, request: Request, delay: float) -> None:
+        # The message stays unacknowledged until it runs; widen the window so it does not
+        # block other messages meanwhile.
+        timer = self.consumer.timer
+        assert timer is not None
+        self.consumer.tasks.prefetch_eventually(1)
+        self.eta_held.add(request)
+        request.timer_entry = timer.call_after(delay, self._eta_due, (request,))
+
+    def _eta_due(self, request: Request) -> None:
+        if request not in self.eta_held:
+            return
+        self.eta_held.discard(request)
+        request.timer_entry = None
+        self.consumer.tasks.prefetch_eventually(-1)
+        expires = request.envelope.expires
+        if expires is not None and expires <= utcnow():
+            request.revoke("expired")
+            return
+        self._reserve(request)
+
+    def _reserve(self, request: Request) -> None:
+        rate = request.task.rate_per_second
+        if rate and self.rate_limits_enabled:
+            self.rate_limits.hold(request, rate)
+            return
+        self._reserve_now(request)
+
+    def _reserve_now(self, request: Request) -> None:
+        self.reserved.add(request)
+        self.ready.append(request)
+        for callback in self.worker.on_task_message:
+            callback()
+        self.dispatch()
+
+    # -- to the pool ---------------------------------------------------------------------------
+
+    def capacity(self) -> float:
+        """How many requests the pool may hold: every one under fcfs or with a shared queue, else
+        one per executor (fair scheduling hands a job only to an idle one)."""
+        pool = self.worker.pool
+        if self.fcfs or pool is None or _shares_queue(pool):
+            return math.inf
+        return float(pool.num_processes)
+
+    def dispatch(self) -> None:
+        """Hand ready requests to the pool while it has room."""
+        if self._dispatching or self.draining:
+            return
+        self._dispatching = True
+        try:
+            pool = self.worker.pool
+            ready = self.ready
+            while ready and self.inflight < self.capacity():
+                request = ready.popleft()
+                expires = request.envelope.expires
+                if expires is not None and expires <= utcnow():
+                    request.revoke("expired")
+                    continue
+                self.inflight += 1
+                try:
+                    request.execute_using_pool(pool)
+                except Exception as exc:
+                    self.inflight -= 1
+                    logger.error("Could not hand %s to the pool: %r; it goes back to the broker",
+                                 request.label, exc)
+                    self.reserved.discard(request)
+                    request.reject(requeue=True)
+        finally:
+            self._dispatching = False
+
+    def task_started(self, request: Request) -> None:
+        self.active.add(request)
+        self.consumer.notify("task_started", request=request, pid=request.worker_pid)
+
+    def task_done(self, request: Request, *, started: bool = True) -> None:
+        request.finished = True
+        request.pool_job = None  # the pool's job holds the request's callbacks: no cycle is left
+        self.reserved.discard(request)
+        self.active.discard(request)
+        if started:
+            self.inflight -= 1
+            self.consumer.tasks.restore_prefetch_step()
+        self.totals[request.name] += 1
+        if not self._dispatching:
+            self.dispatch()
+
+    # -- revokes -------------------------------------------------------------------------------
+
+    def requests_by_id(self, task_ids: Collection[str]) -> dict[str, Request]:
+        """The requests with these ids this worker holds: waiting (for room, their ETA or their
+        rate limit), queued in the pool or running."""
+        return {request.id: request
+                for request in itertools.chain(self.reserved, self.eta_held, self.rate_limits.waiting())
+                if request.id in task_ids}
+
+    def revoke_waiting(self, task_ids: Collection[str]) -> list[Request]:
+        """Discard the requests with these ids that have not started (waiting for room, their ETA
+        or their rate limit, or queued in a pool that can give them back): stored REVOKED and
+        acknowledged at once. Returns them."""
+        waiting = [request for request in self.ready if request.id in task_ids]
+        if waiting:
+            kept = [request for request in self.ready if request.id not in task_ids]
+            self.ready.clear()
+            self.ready.extend(kept)
+        held = [request for request in self.eta_held if request.id in task_ids]
+        for request in held:
+            self.eta_held.discard(request)
+            if request.timer_entry is not None:
+                request.timer_entry.cancel()
+                request.timer_entry = None
+            self.consumer.tasks.prefetch_eventually(-1)
+        held += self.rate_limits.discard(task_ids)
+        for request in waiting + held:
+            request.revoke("revoked")
+        return waiting + held + self._withdraw_from_pool(task_ids)
+
+    def _withdraw_from_pool(self, task_ids: Collection[str]) -> list[Request]:
+        withdraw = getattr(self.worker.pool, "withdraw_job", None)
+        if withdraw is None:
+            return []
+        taken = [request for request in self.reserved
+                 if request.id in task_ids and request.pool_job is not None and request.worker_pid is None
+                 and not request.finished and withdraw(request.pool_job)]
+        for request in taken:
+            request.discard("revoked")
+            self.task_done(request)  # it left the pool
+        return taken
+
+    # -- giving back ---------------------------------------------------------------------------
+
+    def forget_unstarted(self) -> int:
+        """Drop the requests not started yet (ready, waiting for their ETA or rate limit, or
+        queued in a pool that can give them back): their messages stay unacknowledged and the
+        broker delivers them again. Returns how many."""
+        held = len(self.ready) + len(self.eta_held)
+        for request in self.eta_held:
+            if request.timer_entry is not None:
+                request.timer_entry.cancel()
+                request.timer_entry = None
+        for request in [*self.ready, *self.eta_held]:
+            self.reserved.discard(request)
+        self.ready.clear()
+        self.eta_held.clear()
+        held += self.rate_limits.forget()
+        withdraw = getattr(self.worker.pool, "withdraw_queued", None)
+        if withdraw is not None:
+            held += withdraw()
+        return held
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "total": dict(self.totals),
+            "reserved": len(self.reserved),
+            "active": len(self.active),
+            "waiting": len(self.ready),
+            "in_pool": self.inflight,
+            "eta_held": len(self.eta_held),
+        }
