@@ -36,6 +36,7 @@ worker.pools =
 THIRD_PARTY_MODULE = '''
 """A throwaway third-party plugin: one step and one pool."""
 from worker_core import Step, hookimpl
+from worker_core.pools.solo import SoloPool
 
 
 class AcmeMetrics(Step):
@@ -44,15 +45,8 @@ class AcmeMetrics(Step):
     label = "exports acme metrics"
 
 
-class AcmePool:
-    is_process_pool = False
-
-    @classmethod
-    def check_options(cls, options):
-        pass
-
-    def __init__(self, options):
-        self.options = options
+class AcmePool(SoloPool):
+    """Everything a pool needs, from the solo pool."""
 
 
 @hookimpl

@@ -136,7 +136,7 @@ def test_two_hook_plugins_with_one_name_are_both_refused_and_reported(site):
 
 def test_only_the_chosen_slot_implementation_is_imported(site):
     site.add("lazy-pools", {"worker.pools": {"lazy": "lazy_pool:Pool", "other": "other_pool:Pool"}},
-             {"lazy_pool": "class Pool: pass\n",
+             {"lazy_pool": "from worker_core.pools.solo import SoloPool\nclass Pool(SoloPool): pass\n",
               "other_pool": "raise RuntimeError('should not be imported')\n"})
     import sys
 

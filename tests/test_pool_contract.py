@@ -31,3 +31,14 @@ def test_run_all_names_the_pool_and_the_failing_check() -> None:
 
     with pytest.raises(AssertionError, match=r"WrongPool fails check_result_reaches_callback .*'wrong'"):
         pool_contract.run_all(WrongPool, only=["result_reaches_callback"])
+
+
+def test_run_all_names_a_pool_that_offers_a_capability_by_halves() -> None:
+    class HalfShared(SoloPool):
+        """Says its executors share one queue, but cannot give queued jobs back."""
+
+        shared_queue = True
+
+    with pytest.raises(AssertionError, match=r"HalfShared fails check_the_pool_satisfies_the_pool_protocol .*"
+                                             r"has shared_queue but lacks withdraw_queued"):
+        pool_contract.run_all(HalfShared, only=["the_pool_satisfies_the_pool_protocol"])

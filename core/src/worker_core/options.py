@@ -277,6 +277,7 @@ def parse_brokers(values: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def scheme_of(url: str) -> str:
-    """The transport name a URL asks for: ``redis`` for ``redis://...``."""
-    scheme = url.partition("://")[0].lower()
-    return scheme.split("+", 1)[0]
+    """A URL's scheme, lower-cased: ``redis`` for ``redis://...``, ``db+postgresql`` for
+    ``db+postgresql://...`` (the plugin manager serves a scheme with ``+`` by the entry point
+    named after all of it, else after its part before ``+``)."""
+    return url.partition("://")[0].lower()

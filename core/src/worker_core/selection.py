@@ -12,8 +12,9 @@ from .exceptions import ConfigurationError
 from .options import WorkerOptions, scheme_of
 from .plugins.entrypoints import PluginEntry
 from .plugins.manager import PluginManager
+from .slots import FixedConcurrency, OffersResultBackend, Pool, Transport
 
-__all__ = ["DEFAULT_BROKER", "Selection", "select"]
+__all__ = ["DEFAULT_BROKER", "Selection", "default_result_url", "select"]
 
 logger = logging.getLogger("worker")
 
@@ -48,9 +49,18 @@ class Selection:
         return chosen
 
 
-def _transport_supports_async(manager: PluginManager, name: str) -> bool:
-    implementation = manager.slot("transport", name)
-    return bool(getattr(implementation, "supports_async", False))
+def default_result_url(transport: type[Transport], broker_url: str) -> str:
+    """The result backend to use when none is configured: the transport's own when it offers one
+    (:class:`~worker_core.slots.OffersResultBackend`), else ``"disabled"``, as in Celery."""
+    offered: object = transport  # a class carries its class methods: tested like an instance
+    if isinstance(offered, OffersResultBackend):
+        return offered.default_result_backend(broker_url) or "disabled"
+    return "disabled"
+
+
+def _fixed_concurrency(pool: type[Pool]) -> int | None:
+    declared: object = pool  # a class carries its class attributes: tested like an instance
+    return declared.fixed_concurrency if isinstance(declared, FixedConcurrency) else None
 
 
 def select(
@@ -79,7 +89,7 @@ def select(
 
     pool_name = options.pool or manager.default_pool()
     pool = manager.slot_entry("pool", pool_name)
-    fixed = getattr(manager.slot("pool", pool_name), "fixed_concurrency", None)
+    fixed = _fixed_concurrency(manager.slot("pool", pool_name))
     concurrency = options.concurrency
     if fixed is not None:
         if concurrency not in (None, fixed):
@@ -94,7 +104,8 @@ def select(
     elif concurrency is None:
         concurrency = os.cpu_count() or 1
 
-    supports_async = _transport_supports_async(manager, transport_name)
+    transport_class = manager.slot("transport", transport_name)
+    supports_async = transport_class.supports_async
     loop_name = options.loop
     if loop_name == "auto":
         loop_name = "async" if supports_async and "async" in manager.names("loop") else "sync"
@@ -109,8 +120,7 @@ def select(
     failover = manager.slot_entry("failover", options.failover)
 
     if not result_url:
-        default_backend = getattr(manager.slot("transport", transport_name), "default_result_backend", None)
-        result_url = (default_backend(urls[0]) if callable(default_backend) else None) or "disabled"
+        result_url = default_result_url(transport_class, urls[0])
     result_backend = manager.slot_entry("result_backend", scheme_of(result_url))
 
     resolved = options.replace(pool=pool_name, loop=loop_name, concurrency=concurrency, brokers=tuple(urls))

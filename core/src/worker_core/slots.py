@@ -324,12 +324,19 @@ class OffersResultBackend(Protocol):
 
 
 class LoopContext(Protocol):
-    """What the consumer offers the event loop that drives it."""
+    """What the consumer offers the event loop that drives it (the loop only reads these)."""
 
-    connection: Any
-    hub: Hub | None
-    #: kombu's timer (``kombu.asynchronous.timer.Timer``), shared with the hub when there is one
-    timer: Any
+    @property
+    def connection(self) -> Any:
+        """The kombu connection being consumed from."""
+
+    @property
+    def hub(self) -> Hub | None:
+        """kombu's hub under the async loop, else None."""
+
+    @property
+    def timer(self) -> Any:
+        """kombu's timer (``kombu.asynchronous.timer.Timer``), shared with the hub when there is one."""
 
     def heartbeat_rate(self) -> float:
         """How many times per heartbeat interval to check AMQP heartbeats."""

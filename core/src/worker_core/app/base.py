@@ -15,6 +15,8 @@ from ..options import did_you_mean, parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
+from ..selection import default_result_url
+from ..slots import ResultBackend
 from .broker import connect_for_publishing, task_queue
 from .context import current_context
 from .result import AsyncResult
@@ -94,7 +96,7 @@ class App:
         self.settings: Settings = settings_from(self._config_object, self._explicit)
         self.conf = Config(self)
         self._plugins: PluginManager | None = None
-        self._backend: Any = None
+        self._backend: ResultBackend | None = None
         self._backend_pid = 0
         self._local = threading.local()
         self._signer: SignedSerializer | None = None
@@ -193,11 +195,10 @@ class App:
         if configured:
             return configured
         transport = self.plugins.slot("transport", scheme_of(self.broker_urls[0]))
-        default = getattr(transport, "default_result_backend", None)
-        return (default(self.broker_urls[0]) if callable(default) else None) or "disabled"
+        return default_result_url(transport, self.broker_urls[0])
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> ResultBackend:
         """This process's result backend (created on first use, again after a fork)."""
         pid = os.getpid()
         if self._backend is None or self._backend_pid != pid:

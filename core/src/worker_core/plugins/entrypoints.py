@@ -12,6 +12,7 @@ import attrs
 __all__ = [
     "HOOKS_GROUP",
     "KNOWN_DISTRIBUTIONS",
+    "SCHEME_SLOTS",
     "SLOT_CHOICE",
     "SLOT_GROUPS",
     "PluginEntry",
@@ -32,6 +33,10 @@ SLOT_GROUPS: Mapping[str, str] = {
     "failover": "worker.failover_strategies",
     "result_backend": "worker.result_backends",
 }
+
+#: The slots chosen by a URL's scheme; a scheme with ``+`` (``db+postgresql``) falls back to the
+#: entry point named after its part before ``+`` (``db``) when none is named after all of it.
+SCHEME_SLOTS = frozenset({"transport", "result_backend"})
 
 #: How a user chooses an implementation of each slot, for error messages.
 SLOT_CHOICE: Mapping[str, str] = {

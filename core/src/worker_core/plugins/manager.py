@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import attrs
 import pluggy
@@ -23,9 +23,12 @@ from ..exceptions import (
     PluginNotFoundError,
 )
 from ..options import did_you_mean
+from ..slots import Autoscaler, EventLoop, FailoverStrategy, Pool, ResultBackend, Transport
+from .conformance import SLOT_WORDS, conformance_problem
 from .entrypoints import (
     HOOKS_GROUP,
     KNOWN_DISTRIBUTIONS,
+    SCHEME_SLOTS,
     SLOT_CHOICE,
     SLOT_GROUPS,
     PluginEntry,
@@ -290,14 +293,32 @@ class PluginManager:
 
     # -- slots ---------------------------------------------------------------------------------
 
+    @overload
+    def slot(self, kind: Literal["pool"], name: str) -> type[Pool]: ...
+    @overload
+    def slot(self, kind: Literal["transport"], name: str) -> type[Transport]: ...
+    @overload
+    def slot(self, kind: Literal["loop"], name: str) -> type[EventLoop]: ...
+    @overload
+    def slot(self, kind: Literal["autoscaler"], name: str) -> type[Autoscaler]: ...
+    @overload
+    def slot(self, kind: Literal["failover"], name: str) -> type[FailoverStrategy]: ...
+    @overload
+    def slot(self, kind: Literal["result_backend"], name: str) -> type[ResultBackend]: ...
+    @overload
+    def slot(self, kind: str, name: str) -> object: ...
+
     def slot(self, kind: str, name: str) -> Any:
-        """Import and return the implementation of ``kind`` named ``name`` (only that one).
+        """Import and return the implementation of ``kind`` named ``name`` (only that one),
+        checked against the slot's Protocol (:data:`worker_core.slots.REQUIRED`) without building
+        it. For transports and result backends, ``name`` is a URL scheme: see :meth:`slot_entry`.
 
         :raise PluginNotFoundError: nothing provides it (the message lists what does, and what to
             install).
         :raise PluginBlockedError: it was blocked with ``-p no:NAME``.
         :raise PluginConflictError: two distributions provide it.
-        :raise PluginLoadError: its module failed to import.
+        :raise PluginLoadError: its module failed to import, or what it names lacks a member the
+            slot requires (or offers an optional capability only in part).
         """
         key = (kind, name)
         if key in self._loaded_slots:
@@ -315,31 +336,51 @@ class PluginManager:
                 f"{entry.distribution or 'its distribution'}, or choose another {kind} with "
                 f"{SLOT_CHOICE[kind]}"
             ) from None
-        self._loaded_slots[key] = implementation
+        problem = conformance_problem(kind, implementation)
+        if problem is not None:
+            self._failed[entry] = problem
+            raise PluginLoadError(
+                f"{SLOT_WORDS[kind]} {entry.describe()} {problem} Fix or upgrade "
+                f"{entry.distribution or 'its distribution'}, or choose another {SLOT_WORDS[kind]} with "
+                f"{SLOT_CHOICE[kind]}"
+            )
+        self._loaded_slots[key] = self._loaded_slots[(kind, entry.name)] = implementation
         return implementation
 
     def slot_entry(self, kind: str, name: str) -> PluginEntry:
-        """The one entry point providing ``name`` for ``kind``, checked but not imported."""
+        """The one entry point providing ``name`` for ``kind``, checked but not imported.
+
+        A transport or result backend scheme with ``+`` (``db+postgresql``) is served by the entry
+        point named after the whole scheme, else by the one named after its part before ``+``
+        (``db``).
+        """
         matches = [e for e in self.entries(kind) if e.name == name]
+        if not matches and kind in SCHEME_SLOTS and "+" in name:
+            matches = [e for e in self.entries(kind) if e.name == name.partition("+")[0]]
         if not matches:
             raise PluginNotFoundError(self._not_found_text(kind, name))
-        if name in self.blocked:
-            others = [n for n in self.names(kind) if n != name]
+        found = matches[0].name
+        if found in self.blocked:
+            others = [n for n in self.names(kind) if n != found]
             instead = f"; available: {', '.join(others)}" if others else ""
             raise PluginBlockedError(
-                f"{kind} {matches[0].describe()} is blocked by {self.blocked_by(name)}; remove it there "
+                f"{kind} {matches[0].describe()} is blocked by {self.blocked_by(found)}; remove it there "
                 f"or choose another {kind} with {SLOT_CHOICE[kind]}{instead}"
             )
         if len(matches) > 1:
-            raise PluginConflictError(self._conflict_text(kind, name, matches))
+            raise PluginConflictError(self._conflict_text(kind, found, matches))
         return matches[0]
 
     def _not_found_text(self, kind: str, name: str) -> str:
         available = self.names(kind)
         listing = ", ".join(f"{n} ({self._dist_of(kind, n)})" for n in available) or "none"
-        text = f"no {kind} named {name!r} is installed. Available: {listing}."
-        text += did_you_mean(name, available)
-        known = KNOWN_DISTRIBUTIONS.get((kind, name))
+        tried = [name]
+        if kind in SCHEME_SLOTS and "+" in name:
+            tried.append(name.partition("+")[0])
+        asked = " or ".join(repr(n) for n in tried)
+        text = f"no {kind} named {asked} is installed. Available: {listing}."
+        text += did_you_mean(tried[-1], available)
+        known = next((KNOWN_DISTRIBUTIONS[kind, n] for n in tried if (kind, n) in KNOWN_DISTRIBUTIONS), None)
         if known:
             text += f" Install it with: pip install {known}"
         else:

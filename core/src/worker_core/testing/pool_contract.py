@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..exceptions import JobWithdrawn, PoolError, WorkerLostError
-from ..slots import PoolFactory, PoolOptions
+from ..plugins.conformance import capability_problems, conformance_problem
+from ..slots import Pool, PoolFactory, PoolOptions, WithdrawsOneJob, WithdrawsQueuedJobs
 from . import jobs
 from .runner import JobProbe, PoolRunner
 
@@ -78,14 +79,30 @@ def _release_path() -> str:
 # -- the checks ---------------------------------------------------------------------------------
 
 
+def check_the_pool_satisfies_the_pool_protocol(factory: PoolFactory, *, hub: bool = False) -> None:
+    """The class has every member of :class:`~worker_core.slots.Pool` (what the plugin manager
+    checks when it loads a pool) and offers no capability by halves; its instance is a ``Pool``."""
+    if isinstance(factory, type):
+        problem = conformance_problem("pool", factory)
+        _expect(problem is None, f"{_label(factory)} {problem}")
+    pool = factory(OPTIONS)
+    _expect(isinstance(pool, Pool), f"{_label(factory)}(options) built {pool!r}, which is not a "
+                                    f"worker_core.slots.Pool")
+    problems = capability_problems(pool, "pool")
+    _expect(not problems, f"{_label(factory)}(options) {'; '.join(problems)}")
+    _expect(isinstance(type(pool).is_process_pool, bool),
+            f"{_label(factory)}.is_process_pool must be a bool class attribute "
+            f"(got {type(pool).is_process_pool!r})")
+    pool.stop()
+
+
 def check_options_accept_the_defaults(factory: PoolFactory, *, hub: bool = False) -> None:
     """``check_options`` accepts plain options, and construction does not start anything."""
-    check_options = getattr(factory, "check_options", None)
-    if check_options is not None:
-        check_options(OPTIONS)
+    pool_class: object = factory
+    if isinstance(pool_class, Pool):  # the class itself carries its class methods
+        pool_class.check_options(OPTIONS)
     pool = factory(OPTIONS)
-    _expect(isinstance(getattr(type(pool), "is_process_pool", None), bool),
-            f"{_label(factory)}.is_process_pool must be a bool class attribute")
+    _expect(pool.num_processes >= 0, f"{_label(factory)}.num_processes is negative before start()")
     pool.stop()
 
 
@@ -290,17 +307,15 @@ def check_shrink_refuses_when_every_executor_is_busy(factory: PoolFactory, *, hu
 
 
 def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *, hub: bool = False) -> None:
-    """A ``shared_queue`` pool (or any pool offering ``withdraw_queued``) gives back exactly the
-    jobs no executor started, through ``error_callback`` with ``JobWithdrawn``."""
+    """A pool that :class:`~worker_core.slots.WithdrawsQueuedJobs` (every ``SharesOneQueue`` pool
+    does) gives back exactly the jobs no executor started, through ``error_callback`` with
+    ``JobWithdrawn``."""
     with PoolRunner(factory, OPTIONS, hub=hub) as runner:
         pool = runner.pool
-        shared = getattr(type(pool), "shared_queue", False)
-        withdraw = getattr(pool, "withdraw_queued", None)
-        _expect(not shared or callable(withdraw), f"{_label(factory)}.shared_queue is true but the pool has "
-                                                  "no withdraw_queued()")
-        if withdraw is None or _is_inline(runner):
+        if not isinstance(pool, WithdrawsQueuedJobs) or _is_inline(runner):
             runner.stop()
             return
+        withdraw = pool.withdraw_queued
         with _every_executor_busy(runner) as blockers:
             queued = [runner.submit(jobs.add, (n, n)) for n in range(3)]
             count = runner.call(withdraw)
@@ -318,13 +333,14 @@ def check_withdraw_queued_gives_back_only_unstarted_jobs(factory: PoolFactory, *
 
 
 def check_withdraw_job_takes_back_only_a_job_not_started(factory: PoolFactory, *, hub: bool = False) -> None:
-    """A pool offering ``withdraw_job`` takes back a job queued behind busy executors, which then
-    reports nothing at all, and refuses one that runs or has run."""
+    """A pool that :class:`~worker_core.slots.WithdrawsOneJob` takes back a job queued behind busy
+    executors, which then reports nothing at all, and refuses one that runs or has run."""
     with PoolRunner(factory, OPTIONS, hub=hub) as runner:
-        withdraw = getattr(runner.pool, "withdraw_job", None)
-        if withdraw is None or _is_inline(runner):
+        pool = runner.pool
+        if not isinstance(pool, WithdrawsOneJob) or _is_inline(runner):
             runner.stop()
             return
+        withdraw = pool.withdraw_job
         with _every_executor_busy(runner) as blockers:
             kept = runner.submit(jobs.add, (1, 1))
             taken = runner.submit(jobs.add, (2, 2))
@@ -379,6 +395,7 @@ def check_initializer_runs_once_in_every_executor(factory: PoolFactory, *, hub: 
 
 #: Every check, in a sensible order.
 CHECKS: tuple[Check, ...] = (
+    check_the_pool_satisfies_the_pool_protocol,
     check_options_accept_the_defaults,
     check_start_reports_success,
     check_result_reaches_callback,

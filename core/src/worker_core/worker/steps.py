@@ -116,7 +116,7 @@ class AutoscalerStep(Step["Worker"]):
 
     def start(self, worker: Worker) -> None:
         options = worker.options
-        assert options.autoscale is not None
+        assert options.autoscale is not None and worker.pool is not None  # the Pool step started first
         factory = worker.plugins.slot("autoscaler", options.autoscaler)
         scaler = factory(
             worker.pool,
