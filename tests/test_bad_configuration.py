@@ -513,3 +513,35 @@ def test_a_plugins_own_options_are_checked_before_anything_starts(
     run = workerctl("worker", "-A", "apps.basic", "-P", "solo", *args, env={"WORKER_BROKER_URL": queue_url},
                     path=[site.root])
     assert_refused(run, *expected, queue_url=queue_url)
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"WORKER_AUDIT_LEVEL": "loud"},
+     ["WORKER_AUDIT_LEVEL='loud' (--audit-level of plugin audit (audit-plugin 1.0)): must be low or high "
+      "(got 'loud')"]),
+    ({"WORKER_AUDIT_SAMPLE": "2"}, ["--audit-sample must be more than 0 and at most 1 (got 2.0)",
+                                    "reported by plugin audit (audit-plugin 1.0)"]),
+    ({"WORKER_WORKER_PLUGIN_OPTIONS": '{"audit_level": "loud"}'},
+     ["WORKER_WORKER_PLUGIN_OPTIONS gives audit_level='loud' (--audit-level of plugin audit "
+      "(audit-plugin 1.0)): must be low or high (got 'loud')"]),
+    ({"WORKER_WORKER_PLUGIN_OPTIONS": '{"audit_levels": "low"}'},
+     ["WORKER_WORKER_PLUGIN_OPTIONS names 'audit_levels', which no installed plugin declares as an option.",
+      "Did you mean 'audit_level'?", "Declared options: audit_level, audit_sample, child_scheduler"]),
+    ({"WORKER_WORKER_PLUGIN_OPTIONS": "[1]"},
+     ["WORKER_WORKER_PLUGIN_OPTIONS must be a JSON object (got a JSON list)"]),
+    ({"WORKER_HEARTBEAT_INTERVAL": "0"},
+     ["WORKER_HEARTBEAT_INTERVAL='0' (--heartbeat-interval of plugin events (worker-core ",
+      "must be a number of seconds above 0 (got '0')"]),
+    ({"WORKER_CHILD_SCHEDULER": "fifo"},
+     ["WORKER_CHILD_SCHEDULER='fifo' (--child-scheduler of plugin prefork (worker-pool-prefork ",
+      "must be batch or normal (got 'fifo')"]),
+    ({"WORKER_TASK_EVENTS": "sometimes"},
+     ["WORKER_TASK_EVENTS='sometimes' (-E of plugin events",
+      "must be true or false, 1 or 0, yes or no, on or off"]),
+])
+def test_a_plugins_own_options_from_the_environment_are_checked_before_anything_starts(
+        queue_url: str, site: FakeSite, env: dict[str, str], expected: list[str]) -> None:
+    site.add("audit-plugin", {"worker.plugins": {"audit": "audit_plugin"}}, {"audit_plugin": AUDIT_PLUGIN})
+    run = workerctl("worker", "-A", "apps.basic", "-P", "solo", env={"WORKER_BROKER_URL": queue_url, **env},
+                    path=[site.root])
+    assert_refused(run, *expected, queue_url=queue_url)

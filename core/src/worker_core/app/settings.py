@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -92,6 +92,15 @@ def _broker_urls(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> Non
             f"setting 'broker_url' mixes transports ({', '.join(schemes)}) in {redact_url(value)!r}: the "
             f"';'-separated URLs are failover servers of one kind, for example redis://a:6379/0;redis://b:6379/0"
         )
+
+
+def _option_names(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(
+                f"setting {attribute.name!r} must map option names to values, for example "
+                f"{{'liveness_file': '/tmp/alive'}} (got the key {name!r})"
+            )
 
 
 def _to_tuple(value: Any) -> Any:
@@ -196,6 +205,10 @@ class Settings:
     #: command and "control" for every command that changes the worker); None answers them all
     worker_remote_control_allow: tuple[str, ...] | None = attrs.field(
         default=None, converter=_to_tuple, validator=_command_names)
+    #: values of the options plugins declare, by option name, as the command line takes them:
+    #: ``{"liveness_file": "/tmp/alive"}``; the command line and ``WORKER_<OPTION_NAME>`` win
+    worker_plugin_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
+                                                          validator=[_check(dict), _option_names])
 
     # -- message signing (Celery's ``auth`` serializer)
     #: the PEM private key that signs messages sent with ``task_serializer='auth'``
@@ -333,23 +346,40 @@ def settings_from(*sources: Mapping[str, Any], environ: Mapping[str, str] | None
 OTHER_VARIABLES = frozenset({"WORKER_DISABLE_PLUGINS"})
 
 
-def check_environment(environ: Mapping[str, str] | None = None) -> None:
+def check_environment(
+    environ: Mapping[str, str] | None = None,
+    plugin_options: Collection[str] | Callable[[], Collection[str]] = (),
+) -> None:
     """Check every ``WORKER_<NAME>`` variable on its own, so an error names the variable: a value
     of the wrong kind, or a name that is not a setting but close to one (a typo that would
-    otherwise be ignored silently). Unrelated ``WORKER_*`` variables are left alone."""
+    otherwise be ignored silently). Unrelated ``WORKER_*`` variables are left alone.
+
+    :param plugin_options: the names of the options plugins declare, whose variables
+        (``WORKER_LIVENESS_FILE``) are theirs and no typo; a variable close to one of them is one.
+        A function is asked for them only when a variable looks like a typo of a setting, so a
+        command that does not load plugins loads them only then.
+    """
     environ = os.environ if environ is None else environ
     known = Settings.names()
+    options: Collection[str] | None = None if callable(plugin_options) else plugin_options
     for key, text in environ.items():
         if not key.startswith(ENV_PREFIX) or key in OTHER_VARIABLES:
             continue
         name = key[len(ENV_PREFIX):].lower()
         if name not in known:
-            hint = did_you_mean(name, known)
+            if options is None and callable(plugin_options) and did_you_mean(name, known):
+                options = plugin_options()
+            declared = options or ()
+            if name in declared:
+                continue
+            hint = did_you_mean(name, [*known, *declared])
             if hint:
                 close = hint.split("'")[1]
                 raise ConfigurationError(
-                    f"{key} is not a setting. Did you mean {ENV_PREFIX}{close.upper()}? "
-                    f"The settings are listed in worker_core.app.settings.Settings"
+                    f"{key} is not {'a setting or a plugin option' if declared else 'a setting'}. Did you "
+                    f"mean {ENV_PREFIX}{close.upper()}? The settings are listed in "
+                    f"worker_core.app.settings.Settings"
+                    + (", the plugin options in workerctl worker --help" if declared else "")
                 )
             continue
         try:

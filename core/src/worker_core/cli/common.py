@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from ..exceptions import ConfigurationError, WorkerError
 from ..options import (
@@ -21,6 +22,7 @@ from ..options import (
 )
 from ..plugins.manager import PluginManager
 from ..selection import Selection
+from .plugin_options import DeclaredOption, resolve_plugin_options
 
 __all__ = [
     "PluginCommand",
@@ -29,6 +31,7 @@ __all__ = [
     "fail",
     "options_from_params",
     "plugin_option",
+    "plugin_values",
     "prepare_app",
     "use_broker",
     "warn_failures",
@@ -118,7 +121,7 @@ class PluginCommand(click.Command):
         if not hasattr(self, "_core_params"):
             self._core_params = list(self.params)
         self.params = list(self._core_params)
-        self.plugin_option_names.clear()
+        self.plugin_options.clear()
         taken = {opt for param in self.params for opt in getattr(param, "opts", ())}
         names = {param.name for param in self.params}
         for specs, provider in manager.collect("worker_options"):
@@ -141,20 +144,22 @@ class PluginCommand(click.Command):
                 self.params.append(_click_option(spec))
                 taken.update(spec.flags)
                 names.add(spec.name)
-                self.plugin_option_names.add(spec.name)
+                self.plugin_options[spec.name] = DeclaredOption(spec, provider)
 
     @property
-    def plugin_option_names(self) -> set[str]:
-        """Names of the options plugins added to this command."""
-        if not hasattr(self, "_plugin_option_names"):
-            self._plugin_option_names: set[str] = set()
-        return self._plugin_option_names
+    def plugin_options(self) -> dict[str, DeclaredOption]:
+        """The options plugins added to this command, by name."""
+        if not hasattr(self, "_plugin_options"):
+            self._plugin_options: dict[str, DeclaredOption] = {}
+        return self._plugin_options
 
 
 def _click_option(spec: OptionSpec) -> click.Option:
     def convert(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is None or spec.is_flag:
-            return spec.default if value is None else value
+        if param.name is None or ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+            return None  # not given here: the environment, the settings or the default decide
+        if spec.is_flag:
+            return value
         try:
             return spec.convert(value)
         except (ValueError, TypeError) as exc:
@@ -211,12 +216,13 @@ def options_from_params(
     params: dict[str, Any],
     manager: PluginManager,
     *,
-    plugin_names: set[str] | frozenset[str] = frozenset(),
+    plugin_values: Mapping[str, Any] | None = None,
     defaults: WorkerOptions | None = None,
 ) -> WorkerOptions:
     """Build :class:`WorkerOptions` from parsed command-line values over ``defaults``.
 
-    :param plugin_names: the parameters that plugins declared; their values go to ``extra``.
+    :param plugin_values: the values of the options plugins declared (see :func:`plugin_values`);
+        they go to ``extra``.
     """
     base = defaults or WorkerOptions()
     changes: dict[str, Any] = {}
@@ -250,11 +256,7 @@ def options_from_params(
             raise ConfigurationError(
                 f"--loop must be one of {', '.join(choices)} (got {loop!r}).{did_you_mean(loop, choices)}"
             )
-    extra = dict(base.extra)
-    for name in plugin_names:
-        if params.get(name) is not None or name not in extra:
-            extra[name] = params.get(name)
-    changes["extra"] = extra
+    changes["extra"] = {**base.extra, **(plugin_values or {})}
     changes["blocked_plugins"] = tuple(sorted(manager.blocked))
     return base.replace(**changes)
 
@@ -265,18 +267,53 @@ def warn_failures(manager: PluginManager) -> None:
         click.echo(f"warning: {line}; skipped", err=True)
 
 
-def prepare_app(spec: str) -> tuple[Any, WorkerOptions]:
+def plugin_values(command: PluginCommand, params: Mapping[str, Any], manager: PluginManager,
+                  settings: Any = None) -> dict[str, Any]:
+    """The value of every option plugins declared on ``command``: ``params`` (the command line)
+    over ``WORKER_<OPTION_NAME>`` over ``settings.worker_plugin_options`` (settings from the
+    environment alone without an app) over each option's default."""
+    from ..app.settings import OTHER_VARIABLES, Settings, settings_from
+
+    for name, option in command.plugin_options.items():
+        if name.lower() in Settings.names() or option.variable in OTHER_VARIABLES:
+            raise ConfigurationError(
+                f"plugin {option.provider} declares option {name!r}, whose variable {option.variable} "
+                f"the core reads already; rename the option"
+            )
+    if settings is None:
+        settings = settings_from()
+
+    def unavailable() -> list[str]:
+        absent = ("blocked", "failed", "conflict")
+        return sorted({status.entry.name for status in manager.statuses()
+                       if status.entry.kind == "hooks" and status.status in absent})
+
+    return resolve_plugin_options(command.plugin_options, params, settings.worker_plugin_options,
+                                  unavailable=unavailable)
+
+
+def declared_option_names(manager: PluginManager) -> set[str]:
+    """The names of the options the loaded plugins declare, lower-cased as variables read them."""
+    return {spec.name.lower() for specs, _ in manager.collect("worker_options") for spec in specs or ()
+            if isinstance(spec, OptionSpec)}
+
+
+def prepare_app(
+    spec: str, plugin_options: Collection[str] | Callable[[], Collection[str]] = ()
+) -> tuple[Any, WorkerOptions]:
     """Load the app named by ``-A`` and the worker defaults its settings give.
 
     ``WORKER_*`` variables are checked first, so a bad one is named as such rather than as a
-    failed import; the serializers are checked once the module (and whatever it registers) is in,
-    the ``auth`` serializer among them when the settings sign or verify messages.
+    failed import (``plugin_options`` names the options plugins declare, whose variables are
+    theirs: see ``check_environment``); the serializers are checked once the module (and whatever
+    it registers) is in, the ``auth`` serializer among them when the settings sign or verify
+    messages.
     """
     from .. import signing
     from ..app.loader import load_app
     from ..app.settings import check_environment, check_serializers
 
-    check_environment()
+    check_environment(plugin_options=plugin_options)
     app = load_app(spec)
     settings = app.settings
     task_serializers = {name: task.serializer for name, task in app.tasks.items()}
@@ -309,7 +346,8 @@ def client_app(app_spec: str | None, broker: str | None) -> Any:
     """The app a client command sends through: ``-A`` if given (else one with the defaults and
     ``WORKER_*`` settings), on ``-b`` if given."""
     if app_spec:
-        app, _ = prepare_app(app_spec)
+        # A client loads no plugins, unless a variable looks like a typo: it may be a plugin's option.
+        app, _ = prepare_app(app_spec, lambda: declared_option_names(PluginManager()))
     else:
         from ..app.base import App
 

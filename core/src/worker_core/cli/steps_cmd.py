@@ -14,6 +14,7 @@ from .common import (
     check_endpoints,
     fail,
     options_from_params,
+    plugin_values,
     prepare_app,
     warn_failures,
     with_worker_options,
@@ -42,11 +43,12 @@ def steps(ctx: click.Context, /, as_graph: bool, fmt: str | None, show_all: bool
         broker_urls: tuple[str, ...] = ()
         result_url = None
         defaults = None
+        settings = None
         if params.get("app"):
-            app, defaults = prepare_app(params["app"])
-            broker_urls, result_url = app.broker_urls, app.settings.result_backend
-        options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
-                                      defaults=defaults)
+            app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options})
+            broker_urls, result_url, settings = app.broker_urls, app.settings.result_backend, app.settings
+        values = plugin_values(command, params, manager, settings)
+        options = options_from_params(params, manager, plugin_values=values, defaults=defaults)
         plan = make_plan(options, manager, broker_urls=broker_urls, result_url=result_url)
         if params.get("app"):
             check_endpoints(manager, app.settings, plan.selection)

@@ -18,6 +18,7 @@ from .common import (
     check_endpoints,
     fail,
     options_from_params,
+    plugin_values,
     prepare_app,
     use_broker,
     warn_failures,
@@ -48,9 +49,9 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     if not params.get("app"):
         raise fail(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"))
     try:
-        app, defaults = prepare_app(params["app"])
-        options = options_from_params(params, manager, plugin_names=command.plugin_option_names,
-                                      defaults=defaults)
+        app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options})
+        values = plugin_values(command, params, manager, app.settings)
+        options = options_from_params(params, manager, plugin_values=values, defaults=defaults)
         if params.get("brokers"):
             use_broker(app, ";".join(options.brokers))
         plan = make_plan(options, manager, broker_urls=app.broker_urls,
@@ -79,13 +80,15 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
 
 
 def _secrets(app: Any, plan: Any) -> frozenset[str]:
-    """The passwords and keys in the app's settings and the brokers given on the command line."""
+    """The passwords and keys in the app's settings, the plugins' options and the brokers given
+    on the command line."""
     from ..app.settings import Settings
     from ..redaction import secrets_of
 
     values = {name: getattr(app.settings, name) for name in Settings.names()}
     selection = plan.selection
-    return secrets_of({**values, "brokers": selection.broker_urls, "result_url": selection.result_url})
+    return secrets_of({**values, **plan.options.extra, "brokers": selection.broker_urls,
+                       "result_url": selection.result_url})
 
 
 def _install_signals(running: Any) -> None:
