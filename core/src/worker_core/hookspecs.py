@@ -55,11 +55,28 @@ def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:  # type: ignore[emp
 def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
     """Declare options of this plugin.
 
-    Called when the command line is built, so the options appear in ``workerctl worker --help``
-    and are read from settings and the environment.
+    Called when ``workerctl worker`` or ``workerctl steps`` builds its command line, so the
+    options appear in ``--help``. Each option's value is the first of:
 
-    :return: option specifications. Their parsed values are in ``WorkerOptions.extra`` under
-        each option's name.
+    1. its flag on the command line: ``--liveness-file /tmp/alive``;
+    2. the variable ``WORKER_<NAME>``, the option's name upper-cased:
+       ``WORKER_LIVENESS_FILE=/tmp/alive`` (a flag option takes 1/0, true/false, yes/no or
+       on/off; an empty variable gives the default);
+    3. the setting ``worker_plugin_options``, a mapping of option name to value:
+       ``app.conf.worker_plugin_options = {"liveness_file": "/tmp/alive"}``, or the variable
+       ``WORKER_WORKER_PLUGIN_OPTIONS`` holding a JSON object (a flag option takes True or
+       False, any other text or a number, handed to ``convert`` as its text);
+    4. the option's ``default``.
+
+    A value from a variable or the setting goes through the option's ``convert`` as command-line
+    text does; a ``ValueError`` (or ``TypeError``) it raises stops the worker before anything
+    starts, with a line naming the variable or the setting, the value (hidden when the option's
+    name says it is a secret) and the option. A name in ``worker_plugin_options`` that no loaded
+    plugin declares stops it too, listing the declared names. An option named after a setting
+    (whose variable would be that setting's) is refused.
+
+    :return: option specifications. Their values are in ``WorkerOptions.extra`` under each
+        option's name.
     """
 
 
