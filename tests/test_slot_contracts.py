@@ -334,3 +334,10 @@ def test_a_scheme_with_a_plus_that_nothing_serves_names_both_names() -> None:
 def test_a_plus_is_not_split_for_slots_chosen_by_name() -> None:
     with pytest.raises(PluginNotFoundError, match="no pool named 'solo\\+fast' is installed"):
         PluginManager().slot("pool", "solo+fast")
+
+
+def test_the_testing_package_exports_the_three_contract_suites() -> None:
+    import worker_core.testing
+
+    assert worker_core.testing.__all__ == ["JobProbe", "PoolRunner", "jobs", "pool_contract",
+                                           "result_backend_contract", "transport_contract"]

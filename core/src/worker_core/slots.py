@@ -464,10 +464,10 @@ class ResultBackend(Protocol):
     """Stores task states and results in Celery's format, and lets clients wait for them.
 
     The entry point (named after the URL scheme; with ``+``, as for transports) names a class
-    instantiated as ``Backend(url, settings)``. The app builds one per process: after a ``fork``
-    the child builds its own on first use and never touches the parent's, so a backend must not
-    rely on connections surviving a fork, and :meth:`close` in the child must leave the parent's
-    sockets alone.
+    instantiated as ``Backend(url, settings)``. The app builds one per process (a forked child
+    builds its own on first use), but an instance made before a ``fork`` must work in the child
+    too: there it opens connections of its own and leaves the parent's alone, so the parent's
+    instance keeps working whatever the child does, :meth:`close` included.
 
     **Where it runs.** :meth:`store_result` is called
 

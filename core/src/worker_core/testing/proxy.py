@@ -1,0 +1,105 @@
+"""A TCP proxy the contract suites put between a client and a real broker, so a check can lose the
+connection the way a network does (``cut``) and let the next one through (``restore``)."""
+
+from __future__ import annotations
+
+import contextlib
+import select
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+__all__ = ["TcpProxy", "proxied"]
+
+
+class TcpProxy:
+    """Forwards ``127.0.0.1:<port>`` to ``(host, port)``; :meth:`cut` drops every connection and
+    refuses new ones until :meth:`restore`."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self._listener.getsockname()[1])
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._accepting = True
+        self._closed = False
+        threading.Thread(target=self._accept, name="contract-proxy", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if not self._accepting:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, 5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._pairs.append((client, upstream))
+            threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+
+    def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
+        peers = {client: upstream, upstream: client}
+        try:
+            while True:
+                readable, _, _ = select.select(list(peers), [], [])
+                for sock in readable:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    peers[sock].sendall(data)
+        except (OSError, ValueError):  # cut() closed the sockets under us
+            return
+        finally:
+            self._drop((client, upstream))
+
+    def _drop(self, pair: tuple[socket.socket, socket.socket]) -> None:
+        with self._lock:
+            if pair in self._pairs:
+                self._pairs.remove(pair)
+        for sock in pair:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def cut(self) -> None:
+        """Drop every connection through the proxy, and refuse new ones."""
+        self._accepting = False
+        with self._lock:
+            pairs = list(self._pairs)
+        for pair in pairs:
+            self._drop(pair)
+
+    def restore(self) -> None:
+        """Let new connections through again."""
+        self._accepting = True
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self._listener.close()
+
+
+@contextlib.contextmanager
+def proxied(url: str, default_port: int | None = None) -> Iterator[tuple[TcpProxy, str] | None]:
+    """A proxy in front of the server ``url`` names and the same URL through it, or ``None`` when
+    the URL names no host (a broker in a local file needs no network)."""
+    parts = urlsplit(url)
+    port = parts.port or default_port
+    if not parts.hostname or not port:
+        yield None
+        return
+    proxy = TcpProxy(parts.hostname, port)
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@127.0.0.1:{proxy.port}" if userinfo else f"127.0.0.1:{proxy.port}"
+    try:
+        yield proxy, urlunsplit(parts._replace(netloc=netloc))
+    finally:
+        proxy.close()

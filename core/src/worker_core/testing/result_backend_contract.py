@@ -1,0 +1,552 @@
+"""The result backend contract suite: checks any :class:`~worker_core.slots.ResultBackend`
+against a real store of its kind, as the worker writes and as clients read.
+
+A third-party backend runs it in one line, given a URL it may write to (each check uses task
+ids of its own, ``contract-<uuid>``, and forgets them)::
+
+    from worker_core.testing import result_backend_contract
+
+    result_backend_contract.run_all(MyBackend, "mydb://127.0.0.1/7")
+
+or, to see each check as its own pytest test::
+
+    @pytest.mark.parametrize("check", result_backend_contract.CHECKS,
+                             ids=result_backend_contract.check_name)
+    def test_my_backend_honours_the_result_backend_contract(check):
+        check(MyBackend, "mydb://127.0.0.1/7")
+
+Each check raises ``AssertionError`` naming the backend and what it did wrong. A backend that
+:class:`~worker_core.slots.DiscardsResults` is checked for that promise instead of the round trips;
+one that promises :class:`~worker_core.slots.SuccessIsFinal` is checked for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+import attrs
+
+from ..app.context import MESSAGE_FIELDS
+from ..app.settings import Settings
+from ..exceptions import BackendDisabled, ResultTimeout
+from ..plugins.conformance import conformance_problem
+from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
+from ..slots import DiscardsResults, ResultBackend, SuccessIsFinal
+
+__all__ = ["CHECKS", "Check", "applies", "check_name", "full_request", "run_all"]
+
+#: Seconds a check lets ``wait_for`` wait for a result that is on its way.
+WAIT_TIMEOUT = 10.0
+#: How long after ``wait_for`` starts another thread or process stores the result.
+STORE_DELAY = 0.3
+
+
+class Check(Protocol):
+    __name__: str
+
+    def __call__(
+        self, backend: type[ResultBackend], url: str, *, settings: Settings | None = None
+    ) -> None: ...
+
+
+def _expect(condition: object, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def _label(backend: type[ResultBackend]) -> str:
+    return f"{backend.__module__}.{backend.__qualname__}"
+
+
+def _new_id() -> str:
+    return f"contract-{uuid.uuid4()}"
+
+
+def _discards(backend: object) -> bool:
+    return isinstance(backend, DiscardsResults) and backend.discards_results
+
+
+def full_request(task_id: str, name: str = "contract.add") -> dict[str, Any]:
+    """The request mapping the worker passes to ``store_result`` for a task that ran: every
+    message field (:data:`~worker_core.app.context.MESSAGE_FIELDS`) with the task's name, id,
+    args and kwargs."""
+    fields: dict[str, Any] = dict.fromkeys(MESSAGE_FIELDS)
+    fields.update(
+        retries=2, timelimit=[None, None], root_id=task_id, parent_id="contract-parent",
+        group="contract-group", group_index=0, origin="gen1@contract", hostname="worker1@contract",
+        reply_to="replies", correlation_id=task_id, ignore_result=False,
+        delivery_info={"exchange": "", "routing_key": "contract-queue", "priority": 0, "redelivered": False},
+    )
+    fields.update(task=name, id=task_id, args=[2, 3], kwargs={"z": 1})
+    return fields
+
+
+class _Store:
+    """The backend instances and task ids of one check; every id is forgotten at the end."""
+
+    def __init__(self, backend: type[ResultBackend], url: str, settings: Settings | None) -> None:
+        self.backend_class = backend
+        self.label = _label(backend)
+        self.url = url
+        self.settings = settings or Settings()
+        self.instances: list[ResultBackend] = []
+        self.ids: list[str] = []
+        self.backend = self.build()
+
+    def build(self, **changes: Any) -> ResultBackend:
+        instance = self.backend_class(self.url, attrs.evolve(self.settings, **changes))
+        self.instances.append(instance)
+        return instance
+
+    def new_id(self) -> str:
+        task_id = _new_id()
+        self.ids.append(task_id)
+        return task_id
+
+    def meta(self, task_id: str, backend: ResultBackend | None = None) -> Mapping[str, Any]:
+        meta = (backend or self.backend).get_task_meta(task_id)
+        _expect(isinstance(meta, Mapping), f"{self.label}.get_task_meta() returned {meta!r}, not a mapping")
+        return meta
+
+    def close(self) -> None:
+        if not _discards(self.backend):
+            for task_id in self.ids:
+                with contextlib.suppress(Exception):
+                    self.backend.forget(task_id)
+        for instance in self.instances:
+            with contextlib.suppress(Exception):
+                instance.close()
+
+
+@contextlib.contextmanager
+def _store(backend: type[ResultBackend], url: str, settings: Settings | None) -> Iterator[_Store]:
+    store = _Store(backend, url, settings)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+#: The checks of what a stored result reads back as (see :func:`applies`).
+_ROUND_TRIPS: set[str] = set()
+
+
+def _round_trips(check: Check) -> Check:
+    """Marks a check of what a stored result reads back as: a backend that discards results is
+    checked by :func:`check_a_backend_that_discards_results_keeps_its_promise` instead."""
+    _ROUND_TRIPS.add(check.__name__)
+    return check
+
+
+def _store_later(backend: ResultBackend, task_id: str, value: Any) -> threading.Thread:
+    thread = threading.Timer(STORE_DELAY, backend.store_result, (task_id, value, SUCCESS, None, None))
+    thread.start()
+    return thread
+
+
+def _wait(store: _Store, task_id: str) -> tuple[Mapping[str, Any], float]:
+    began = time.monotonic()
+    meta = store.backend.wait_for(task_id, timeout=WAIT_TIMEOUT, interval=0.05)
+    return meta, time.monotonic() - began
+
+
+def _store_in_a_new_process(backend: type[ResultBackend], url: str, settings: Settings, task_id: str) -> None:
+    """Run in a spawned process: build the backend afresh and store after a pause."""
+    time.sleep(STORE_DELAY)
+    instance = backend(url, settings)
+    instance.store_result(task_id, {"from": "another process"}, SUCCESS, None, None)
+    instance.close()
+
+
+# -- the checks -----------------------------------------------------------------------------------
+
+
+def check_the_class_satisfies_the_result_backend_protocol(
+    backend: type[ResultBackend], url: str, *, settings: Settings | None = None
+) -> None:
+    """Every member of :class:`~worker_core.slots.ResultBackend` is there (what the plugin manager
+    checks when it loads a backend), its optional capabilities are whole, and an instance is a
+    ``ResultBackend``."""
+    label = _label(backend)
+    problem = conformance_problem("result_backend", backend)
+    _expect(problem is None, f"{label} {problem}")
+    declared: object = backend
+    if isinstance(declared, SuccessIsFinal):
+        _expect(isinstance(declared.success_is_final, bool),
+                f"{label}.success_is_final must be a bool (got {declared.success_is_final!r})")
+    if isinstance(declared, DiscardsResults):
+        _expect(isinstance(declared.discards_results, bool),
+                f"{label}.discards_results must be a bool (got {declared.discards_results!r})")
+    with _store(backend, url, settings) as store:
+        _expect(isinstance(store.backend, ResultBackend), f"{label}(url, settings) is not a ResultBackend")
+
+
+@_round_trips
+def check_an_unknown_task_is_pending(backend: type[ResultBackend], url: str, *,
+                                     settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        meta = store.meta(task_id)
+        _expect(meta.get("status") == PENDING and meta.get("result") is None
+                and meta.get("task_id") == task_id,
+                f"{store.label}.get_task_meta() of an unknown task returned {dict(meta)!r}; expected status "
+                f"PENDING, result None and task_id {task_id!r}")
+
+
+@_round_trips
+def check_a_success_is_stored_in_celerys_format(backend: type[ResultBackend], url: str, *,
+                                               settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        when = datetime(2024, 5, 17, 12, 30, tzinfo=timezone.utc)
+        value = {"sum": 5, "items": [1, "two", None], "when": when, "id": uuid.UUID(int=7)}
+        store.backend.store_result(task_id, value, SUCCESS, None, full_request(task_id))
+        meta = store.meta(task_id)
+        for key in ("status", "result", "traceback", "children", "date_done", "task_id"):
+            _expect(key in meta, f"{store.label} stored {dict(meta)!r} without Celery's key {key!r}")
+        _expect(meta["status"] == SUCCESS and meta["task_id"] == task_id and meta["traceback"] is None
+                and meta["children"] == [], f"{store.label} stored {dict(meta)!r} for a SUCCESS")
+        _expect(meta["result"] == value, f"{store.label} stored {value!r} and read back {meta['result']!r} "
+                                         f"(kombu's JSON round-trips datetimes and UUIDs)")
+        _expect(isinstance(meta["date_done"], str) and datetime.fromisoformat(meta["date_done"]),
+                f"{store.label}: date_done {meta['date_done']!r} is not an ISO 8601 time")
+        _expect(meta.get("parent_id") == "contract-parent" and meta.get("group_id") == "contract-group",
+                f"{store.label} did not keep parent_id and group_id from the request: {dict(meta)!r}")
+
+
+@_round_trips
+def check_exception_states_store_celerys_exception_encoding(backend: type[ResultBackend], url: str, *,
+                                                            settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        error = encode_exception(ValueError("boom", 3))
+        for state in (FAILURE, RETRY, REVOKED):
+            task_id = store.new_id()
+            store.backend.store_result(task_id, error, state, "Traceback (most recent call last): ...",
+                                       full_request(task_id))
+            meta = store.meta(task_id)
+            _expect(meta.get("status") == state and meta.get("result") == error,
+                    f"{store.label} stored {state} with {error!r} and read back {dict(meta)!r}")
+            _expect(meta.get("traceback") == "Traceback (most recent call last): ...",
+                    f"{store.label} lost the traceback of a {state}: {meta.get('traceback')!r}")
+            done = meta.get("date_done")
+            _expect((done is not None) == (state in READY_STATES),
+                    f"{store.label}: date_done is {done!r} for {state}; Celery sets it for ready states only")
+
+
+@_round_trips
+def check_a_later_state_replaces_an_earlier_one(backend: type[ResultBackend], url: str, *,
+                                                settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        for state, value in ((STARTED, {"pid": 1}), (RETRY, encode_exception(RuntimeError("again"))),
+                             (FAILURE, encode_exception(RuntimeError("no")))):
+            store.backend.store_result(task_id, value, state, None, full_request(task_id))
+            meta = store.meta(task_id)
+            _expect(meta.get("status") == state and meta.get("result") == value,
+                    f"{store.label}: after storing {state} the task reads {dict(meta)!r}")
+
+
+@_round_trips
+def check_a_success_is_never_overwritten_when_promised(backend: type[ResultBackend], url: str, *,
+                                                       settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.SuccessIsFinal`, a FAILURE or RETRY stored after a SUCCESS
+    (a duplicate run) leaves the SUCCESS as it was."""
+    declared: object = backend
+    if not (isinstance(declared, SuccessIsFinal) and declared.success_is_final):
+        return
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        store.backend.store_result(task_id, 42, SUCCESS, None, full_request(task_id))
+        for state in (FAILURE, RETRY, STARTED):
+            store.backend.store_result(task_id, encode_exception(RuntimeError("late")), state, None, None)
+            meta = store.meta(task_id)
+            _expect(meta.get("status") == SUCCESS and meta.get("result") == 42,
+                    f"{store.label} promises success_is_final, yet a {state} stored after the SUCCESS left "
+                    f"{dict(meta)!r}")
+
+
+@_round_trips
+def check_wait_for_returns_when_another_thread_stores(backend: type[ResultBackend], url: str, *,
+                                                      settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        writer = _store_later(store.build(), task_id, "from a thread")
+        try:
+            meta, took = _wait(store, task_id)
+        finally:
+            writer.join()
+        _expect(meta.get("status") == SUCCESS and meta.get("result") == "from a thread",
+                f"{store.label}.wait_for() returned {dict(meta)!r} for a result another thread stored")
+        _expect(took >= STORE_DELAY * 0.9, f"{store.label}.wait_for() returned after {took:.2f}s, before the "
+                                           f"result was stored ({STORE_DELAY}s)")
+
+
+@_round_trips
+def check_wait_for_returns_when_another_process_stores(backend: type[ResultBackend], url: str, *,
+                                                       settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        writer = multiprocessing.get_context("spawn").Process(
+            target=_store_in_a_new_process, args=(backend, url, store.settings, task_id), daemon=True)
+        writer.start()
+        try:
+            meta = store.backend.wait_for(task_id, timeout=WAIT_TIMEOUT + 20, interval=0.05)
+        finally:
+            writer.join(30)
+        _expect(writer.exitcode == 0, f"{store.label}: the process storing the result exited with "
+                                      f"{writer.exitcode}")
+        _expect(meta.get("status") == SUCCESS and meta.get("result") == {"from": "another process"},
+                f"{store.label}.wait_for() returned {dict(meta)!r} for a result another process stored")
+
+
+@_round_trips
+def check_wait_for_raises_result_timeout_after_its_timeout(backend: type[ResultBackend], url: str, *,
+                                                           settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        store.backend.store_result(task_id, None, STARTED, None, full_request(task_id))
+        began = time.monotonic()
+        try:
+            meta = store.backend.wait_for(task_id, timeout=0.3, interval=0.05)
+        except ResultTimeout as exc:
+            took = time.monotonic() - began
+            _expect(0.3 <= took < 5.0, f"{store.label}.wait_for(timeout=0.3) raised after {took:.2f}s")
+            _expect(task_id in str(exc), f"{store.label}: ResultTimeout should name the task: {exc}")
+        except Exception as exc:
+            raise AssertionError(f"{store.label}.wait_for() raised {exc!r} after its timeout; it must raise "
+                                 f"worker_core.exceptions.ResultTimeout") from exc
+        else:
+            raise AssertionError(f"{store.label}.wait_for() of a task still STARTED returned {dict(meta)!r} "
+                                 f"instead of raising ResultTimeout")
+
+
+@_round_trips
+def check_on_task_call_then_wait_for(backend: type[ResultBackend], url: str, *,
+                                     settings: Settings | None = None) -> None:
+    """As a client does: ``on_task_call`` just before sending, then ``wait_for``, whether the
+    result is stored before the wait begins or while it waits."""
+    with _store(backend, url, settings) as store:
+        worker = store.build()
+        early = store.new_id()
+        store.backend.on_task_call(early)
+        worker.store_result(early, "early", SUCCESS, None, full_request(early))
+        meta, _ = _wait(store, early)
+        _expect(meta.get("result") == "early", f"{store.label}: stored before wait_for, read {dict(meta)!r}")
+        late = store.new_id()
+        store.backend.on_task_call(late)
+        writer = _store_later(worker, late, "late")
+        try:
+            meta, _ = _wait(store, late)
+        finally:
+            writer.join()
+        _expect(meta.get("result") == "late",
+                f"{store.label}: stored while wait_for ran, read {dict(meta)!r}")
+
+
+@_round_trips
+def check_forget_deletes_a_result(backend: type[ResultBackend], url: str, *,
+                                  settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        store.backend.store_result(task_id, 1, SUCCESS, None, full_request(task_id))
+        store.backend.forget(task_id)
+        meta = store.meta(task_id)
+        _expect(meta.get("status") == PENDING, f"{store.label}: after forget() the task reads {dict(meta)!r}")
+        store.backend.forget(store.new_id())  # an unknown id is no error
+
+
+@_round_trips
+def check_a_closed_backend_can_be_used_again(backend: type[ResultBackend], url: str, *,
+                                             settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        task_id = store.new_id()
+        store.backend.store_result(task_id, "before", SUCCESS, None, None)
+        store.backend.close()
+        store.backend.close()  # a second close is harmless
+        _expect(store.meta(task_id).get("result") == "before", f"{store.label}: reading after close() failed")
+        again = store.new_id()
+        store.backend.store_result(again, "after", SUCCESS, None, None)
+        _expect(store.meta(again).get("result") == "after", f"{store.label}: storing after close() failed")
+
+
+@_round_trips
+def check_an_instance_works_in_a_forked_child_and_still_in_its_parent(
+    backend: type[ResultBackend], url: str, *, settings: Settings | None = None
+) -> None:
+    """A prefork child inherits the instances of its parent: the child opens its own connections
+    (leaving the parent's alone) and the parent's instance keeps working."""
+    if not hasattr(os, "fork"):
+        return
+    with _store(backend, url, settings) as store:
+        before, child_id = store.new_id(), store.new_id()
+        store.backend.store_result(before, "parent", SUCCESS, None, None)  # connected before the fork
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what went wrong through the pipe, and never return
+            status, report = 0, b""
+            try:
+                store.backend.store_result(child_id, "child", SUCCESS, None, full_request(child_id))
+                seen = store.backend.get_task_meta(before).get("result")
+                if seen != "parent":
+                    status, report = 1, f"the child read {seen!r} for the parent's result".encode()
+                store.backend.close()
+            except BaseException as exc:
+                status, report = 1, repr(exc).encode()
+            os.write(write, report)
+            os._exit(status)
+        os.close(write)
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(read, "rb") as pipe:
+            failure = pipe.read().decode(errors="replace")
+        _expect(os.waitstatus_to_exitcode(status) == 0,
+                f"{store.label}: an instance used in a forked child failed there: {failure}")
+        _expect(store.meta(child_id).get("result") == "child",
+                f"{store.label}: the result stored in the child reads {dict(store.meta(child_id))!r}")
+        store.backend.store_result(before, "parent again", SUCCESS, None, None)
+        _expect(store.meta(before).get("status") == SUCCESS,
+                f"{store.label}: the parent's instance stopped working after its child closed its copy")
+
+
+@_round_trips
+def check_result_extended_stores_the_request_fields(backend: type[ResultBackend], url: str, *,
+                                                    settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        extended = store.build(result_extended=True)
+        task_id = store.new_id()
+        request = full_request(task_id, name="contract.extended")
+        extended.store_result(task_id, 5, SUCCESS, None, request)
+        meta = store.meta(task_id, extended)
+        expected = {"name": "contract.extended", "args": [2, 3], "kwargs": {"z": 1},
+                    "worker": "worker1@contract", "retries": 2, "queue": "contract-queue"}
+        wrong = {key: meta.get(key) for key, value in expected.items() if meta.get(key) != value}
+        _expect(not wrong, f"{store.label} with result_extended stored {wrong!r}; expected {expected!r}")
+
+
+@_round_trips
+def check_store_result_takes_every_request_the_worker_passes(backend: type[ResultBackend], url: str, *,
+                                                             settings: Settings | None = None) -> None:
+    """``None`` (a revoke), ``{"task": name}`` (a refused message) and a full request."""
+    with _store(backend, url, settings) as store:
+        shapes: list[Mapping[str, Any] | None] = [None, {"task": "contract.refused"}]
+        for request in shapes:
+            task_id = store.new_id()
+            store.backend.store_result(task_id, encode_exception(RuntimeError("x")), REVOKED, None, request)
+            _expect(store.meta(task_id).get("status") == REVOKED,
+                    f"{store.label}: store_result(..., request={request!r}) did not store REVOKED")
+        task_id = store.new_id()
+        store.backend.store_result(task_id, 1, SUCCESS, None, full_request(task_id))
+        _expect(store.meta(task_id).get("status") == SUCCESS, f"{store.label}: a full request was not stored")
+
+
+@_round_trips
+def check_store_result_is_safe_from_several_threads(backend: type[ResultBackend], url: str, *,
+                                                    settings: Settings | None = None) -> None:
+    with _store(backend, url, settings) as store:
+        ids = [[store.new_id() for _ in range(20)] for _ in range(6)]
+        errors: list[BaseException] = []
+        start = threading.Barrier(len(ids))
+
+        def write(batch: list[str]) -> None:
+            try:
+                start.wait()
+                for task_id in batch:
+                    store.backend.store_result(task_id, task_id, SUCCESS, None, full_request(task_id))
+                    store.backend.get_task_meta(batch[0])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(batch,)) for batch in ids]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        _expect(not errors,
+                f"{store.label}: store_result from {len(ids)} threads at once raised {errors[:3]!r}")
+        wrong = [task_id for batch in ids for task_id in batch
+                 if store.meta(task_id).get("result") != task_id]
+        _expect(not wrong, f"{store.label}: after stores from several threads, {len(wrong)} results read "
+                           f"wrong, for example {wrong[:3]!r}")
+
+
+def check_a_backend_that_discards_results_keeps_its_promise(backend: type[ResultBackend], url: str, *,
+                                                            settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.DiscardsResults`: every ``store_result`` the worker makes is
+    accepted, reads raise ``BackendDisabled`` naming the task and saying how to configure one, and
+    the other methods do nothing."""
+    with _store(backend, url, settings) as store:
+        if not _discards(store.backend):
+            return
+        task_id = _new_id()
+        for state in (STARTED, SUCCESS, FAILURE, RETRY, REVOKED):
+            store.backend.store_result(task_id, 1, state, None, full_request(task_id))
+        store.backend.store_result(task_id, 1, REVOKED, None, None)
+        store.backend.on_task_call(task_id)
+        store.backend.forget(task_id)
+        for read in (store.backend.get_task_meta, store.backend.wait_for):
+            try:
+                read(task_id)
+            except BackendDisabled as exc:
+                _expect(task_id in str(exc) and "result_backend" in str(exc),
+                        f"{store.label}.{read.__name__}() should name the task and the result_backend "
+                        f"setting: {exc}")
+            else:
+                raise AssertionError(f"{store.label} discards results, yet {read.__name__}() did not raise "
+                                     f"BackendDisabled")
+        store.backend.close()
+
+
+#: Every check, in a sensible order.
+CHECKS: tuple[Check, ...] = (
+    check_the_class_satisfies_the_result_backend_protocol,
+    check_an_unknown_task_is_pending,
+    check_a_success_is_stored_in_celerys_format,
+    check_exception_states_store_celerys_exception_encoding,
+    check_a_later_state_replaces_an_earlier_one,
+    check_a_success_is_never_overwritten_when_promised,
+    check_wait_for_returns_when_another_thread_stores,
+    check_wait_for_returns_when_another_process_stores,
+    check_wait_for_raises_result_timeout_after_its_timeout,
+    check_on_task_call_then_wait_for,
+    check_forget_deletes_a_result,
+    check_a_closed_backend_can_be_used_again,
+    check_an_instance_works_in_a_forked_child_and_still_in_its_parent,
+    check_result_extended_stores_the_request_fields,
+    check_store_result_takes_every_request_the_worker_passes,
+    check_store_result_is_safe_from_several_threads,
+    check_a_backend_that_discards_results_keeps_its_promise,
+)
+
+
+def check_name(check: Check) -> str:
+    """A pytest id: the check's name without its ``check_`` prefix."""
+    return check.__name__.removeprefix("check_")
+
+
+def applies(check: Check, backend: type[ResultBackend]) -> bool:
+    """Whether ``check`` says anything about ``backend``: a backend that discards results has no
+    round trips to check."""
+    return check.__name__ not in _ROUND_TRIPS or not _discards(backend)
+
+
+def run_all(backend: type[ResultBackend], url: str, *, settings: Settings | None = None,
+            only: Iterable[str] | None = None) -> None:
+    """Run every check that applies (or those named in ``only``) against ``backend`` at ``url``;
+    raise on the first failure, naming the backend and the check."""
+    wanted = set(only) if only is not None else None
+    for check in CHECKS:
+        if wanted is not None and check_name(check) not in wanted and check.__name__ not in wanted:
+            continue
+        if not applies(check, backend):
+            continue
+        try:
+            check(backend, url, settings=settings)
+        except AssertionError as exc:
+            raise AssertionError(f"{_label(backend)} fails {check.__name__}: {exc}") from exc
