@@ -280,11 +280,13 @@ class Transport(Protocol):
         """The kombu transport (class or alias) to pass to ``kombu.Connection(transport=...)``."""
 
     def connection_options(self) -> Mapping[str, Any]:
-        """Extra keyword arguments for ``kombu.Connection`` (transport options, heartbeat, ...)."""
+        """Extra keyword arguments for ``kombu.Connection`` (transport options, heartbeat, ...):
+        a new mapping on every call, since kombu writes into what it is given."""
 
     def queue_depth(self, connection: Any, queue: str) -> int:
-        """Messages waiting in ``queue`` (for autoscalers that read the backlog); ``connection``
-        is a kombu connection made with :meth:`kombu_transport` and :meth:`connection_options`."""
+        """Messages waiting in ``queue``, 0 when it does not exist (for autoscalers that read the
+        backlog); ``connection`` is a kombu connection made with :meth:`kombu_transport` and
+        :meth:`connection_options`."""
 
 
 @runtime_checkable
