@@ -1,4 +1,5 @@
-"""kombu's Redis channel with batched fetches and acknowledgements, on Celery's wire format.
+"""kombu's Redis channel with batched fetches (and acknowledgements, see :mod:`.acking`), on
+Celery's wire format.
 
 Stock kombu costs three round trips per message: BRPOP one message, ZADD+HSET it into
 ``unacked``, ZREM+HDEL it on ack. This channel, while the prefetch window has room and the queues
@@ -18,8 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from queue import Empty
 from time import monotonic, time
 from typing import Any
@@ -31,12 +31,14 @@ from redis.exceptions import NoScriptError
 
 from worker_core.protocol.fastjson import dumps as fast_dumps
 from worker_core.protocol.fastjson import loads as fast_loads
-from worker_core.transports.message import Message, Unreadable, envelope_problem, fresh_tag, tag_problem
+from worker_core.transports.message import Unreadable, envelope_problem, fresh_tag, tag_problem
 
-from .acks import AckBuffer, owe
+from . import internals
+from .acking import AckingChannel
 from .options import DEFAULT_FETCH_LIMIT
-from .qos import QoS
+from .qos import FetchingQoS
 from .scripts import FETCH, FETCH_SHA
+from .stock import not_json, priority_lists
 
 __all__ = ["Channel", "SentinelChannel"]
 
@@ -69,14 +71,15 @@ class _Fetch:
         self.booked_tags = frozenset(booking[0] for booking in booked)
 
 
-class Channel(redis.Channel):  # type: ignore[misc]
-    """A Redis channel that fetches and acknowledges in batches (see the module docstring)."""
+class Channel(internals.FetchHooks, AckingChannel):
+    """A Redis channel that fetches in batches (see the module docstring)."""
 
-    QoS = QoS
-    Message = Message
+    QoS = FetchingQoS
     from_transport_options = (*redis.Channel.from_transport_options, "fetch_limit")
     fetch_limit = DEFAULT_FETCH_LIMIT
-    _closing: bool = False
+    #: the channel reads BRPOP's replies itself (and checks their envelopes)
+    checks_brpop_replies = False
+    qos: FetchingQoS
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -89,39 +92,10 @@ class Channel(redis.Channel):  # type: ignore[misc]
         #: Fetched, not yet handed to the consumer: the queue, the envelope (or what makes it
         #: unreadable) and the tag the fetch recorded it under (None: not recorded).
         self._undelivered: deque[tuple[str, Any, str | None]] = deque()
-        conninfo = self.connection.client
-        self.ack_location: Hashable = (
-            conninfo.hostname, conninfo.port, str(conninfo.virtual_host), self.global_keyprefix,
-            self.unacked_key, self.unacked_index_key,
-        )
-        self.acks = AckBuffer(self.ack_location)
-        self._pooled_client: Any = None
         self._client_id: int | None = None
         self._client_id_sock: Any = None
         #: Acknowledgements sent just before the BRPOP in flight, whose reply comes first.
         self._ack_reply: list[str] | None = None
-
-    @contextmanager
-    def conn_or_acquire(self, client: Any = None) -> Iterator[Any]:
-        # kombu builds a new redis.Redis per call (per publish, ack and unacked write), which
-        # costs more than the round trip with redis-py 8; one client on the pool is thread-safe.
-        if client is None:
-            pool = self.pool
-            client = self._pooled_client
-            if client is None or client.connection_pool is not pool:
-                client = self._pooled_client = self._create_client()
-        yield client
-
-    # -- acknowledgements ------------------------------------------------------------------------
-
-    @property
-    def buffers_acks(self) -> bool:
-        """Acks wait for the next flush only while something drives the channel (a consumer
-        drained by the loop, or a record in flight that must reach Redis first); otherwise, and
-        while closing, they are written at once."""
-        if self.closed or self._closing:
-            return False
-        return bool(self._consumers) or self.recording_in_flight
 
     @property
     def fetch_in_flight(self) -> bool:
@@ -134,22 +108,11 @@ class Channel(redis.Channel):  # type: ignore[misc]
         fetch = self._fetch
         return fetch is not None and bool(fetch.booked)
 
-    def flush_acks(self) -> None:
-        """Write the buffered acknowledgements in one round trip."""
-        tags = self.acks.take()
-        if not tags:
-            return
-        try:
-            with self.conn_or_acquire() as client, client.pipeline() as pipe:
-                pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
-        except BaseException:
-            self.acks.put_back(tags)
-            raise
+    # -- fetching (kombu's reader hooks call these) ---------------------------------------------
 
-    # -- fetching --------------------------------------------------------------------------------
-
-    def _brpop_start(self, timeout: float | None = None) -> None:
-        queues = self._queue_cycle.consume(len(self.active_queues))
+    def start_read(self, timeout: float | None = None) -> None:
+        """Send the next fetch, or BRPOP when the queues looked empty (kombu's ``_brpop_start``)."""
+        queues = internals.queue_cycle(self).consume(len(self.active_queues))
         if not queues:
             return
         if self._batching and self._maybe_ready:
@@ -166,7 +129,7 @@ class Channel(redis.Channel):  # type: ignore[misc]
         elif acks:
             self.acks.put_back(acks)
             self.flush_acks()
-        super()._brpop_start(timeout)
+        internals.send_brpop(self, timeout)
 
     def _send_acks_before_brpop(self, queues: list[str], acks: list[str]) -> None:
         try:
@@ -180,7 +143,7 @@ class Channel(redis.Channel):  # type: ignore[misc]
         """Remember the server's id for the BRPOP connection (once per socket), so that closing
         can end a BRPOP in flight at once with CLIENT UNBLOCK instead of waiting it out."""
         connection = self.client.connection
-        sock = connection._sock
+        sock = internals.socket_of(connection)
         if sock is None or self._client_id_sock is sock:
             return
         try:
@@ -211,8 +174,10 @@ class Channel(redis.Channel):  # type: ignore[misc]
     def _fetch_command(self, queues: list[str], want: int, acks: list[str],
                        booked: list[Booking]) -> list[Any]:
         prefix = self.global_keyprefix
-        keys = [prefix + self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]
-        rotate = isinstance(self._queue_cycle, round_robin_cycle)
+        # kombu's BRPOP order: priority step major, queue minor
+        lists = [priority_lists(queue, self.priority_steps, self.sep) for queue in queues]
+        keys = [prefix + each[step] for step in range(len(self.priority_steps)) for each in lists]
+        rotate = isinstance(internals.queue_cycle(self), round_robin_cycle)
         return ["EVALSHA", FETCH_SHA, len(keys) + 2, prefix + self.unacked_key,
                 prefix + self.unacked_index_key, *keys, want, repr(time()), len(queues), int(rotate),
                 len(acks), *acks, len(booked), *(part for booking in booked for part in booking)]
@@ -226,25 +191,25 @@ class Channel(redis.Channel):  # type: ignore[misc]
         """Put a copy of ``message`` back at the end of its queue, as kombu's requeue does."""
         info = message.delivery_info
         with self.conn_or_acquire() as client, client.pipeline() as pipe:
-            self._do_restore_message(loads(dumps(message._raw)), info["exchange"], info["routing_key"], pipe,
-                                     leftmost=True)
+            internals.restore_message(self, loads(dumps(internals.envelope_of(message))), info["exchange"],
+                                      info["routing_key"], pipe, leftmost=True)
             pipe.execute()
 
     def _send_fetch(self, queues: list[str], want: int, booked: list[Booking]) -> None:
         acks = self.acks.take()
         connection = self.client.connection
         self._fetch = _Fetch(queues, want, acks, booked)
-        self._in_poll = connection
-        self._brpop_sent_at = monotonic()
+        internals.set_waiting(self, connection, monotonic())
         try:
             connection.send_command(*self._fetch_command(queues, want, acks, booked))
         except BaseException:
             self._fetch = None
-            self._in_poll = None
+            internals.set_waiting(self, None)
             self.acks.put_back(acks)
             raise
 
-    def _brpop_read(self, **options: Any) -> bool:
+    def read_reply(self, **options: Any) -> bool:
+        """Read the reply awaited: the fetch script's, or BRPOP's (kombu's ``_brpop_read``)."""
         if self._fetch is None:
             return self._read_brpop(**options)
         return self._read_fetch()
@@ -270,8 +235,8 @@ class Channel(redis.Channel):  # type: ignore[misc]
             self.acks.put_back(fetch.acks)
             raise
         finally:
-            self._in_poll = None
-            self._flush_brpop_reauth()
+            internals.set_waiting(self, None)
+            internals.flush_reauth(self)
         taken = self._accept(reply, fetch)
         self._maybe_ready = taken >= fetch.want
         if not self._undelivered:
@@ -282,11 +247,12 @@ class Channel(redis.Channel):  # type: ignore[misc]
     def _accept(self, reply: list[Any], fetch: _Fetch) -> int:
         """Queue the fetched messages for delivery, mirroring the script's round-robin turns."""
         queues, nqueues = fetch.queues, len(fetch.queues)
+        rotate = internals.queue_cycle(self).rotate
         for position in range(0, len(reply), 3):
             index, tag = int(reply[position]), bytes_to_str(reply[position + 1])
             raw = bytes_to_str(reply[position + 2])
             queue = queues[(abs(index) - 1) % nqueues]
-            self._queue_cycle.rotate(queue)
+            rotate(queue)
             if index > 0:  # recorded as unacked under the tag the script read
                 payload = _read(raw, queue, tag)
                 if isinstance(payload, Unreadable) or payload["properties"]["delivery_tag"] == tag:
@@ -306,10 +272,10 @@ class Channel(redis.Channel):  # type: ignore[misc]
         return len(reply) // 3
 
     def _deliver_fetched(self) -> None:
-        deliver = self.connection._deliver
+        deliver = internals.deliverer(self)
         qos = self.qos
         pending = self._undelivered
-        while pending and not self._closing:
+        while pending and not self.closing:
             queue, payload, recorded = pending.popleft()
             qos.prebooked = payload.delivery_tag if isinstance(payload, Unreadable) else recorded
             try:
@@ -354,7 +320,7 @@ class Channel(redis.Channel):  # type: ignore[misc]
             self.acks.put_back(acks)
         except self.connection_errors:
             self.acks.put_back(acks)
-            self._in_poll = None
+            internals.set_waiting(self, None)
             connection.disconnect()
             raise
         except BaseException:
@@ -372,18 +338,18 @@ class Channel(redis.Channel):  # type: ignore[misc]
                 self.client.connection.disconnect()
                 raise
         finally:
-            self._in_poll = None
-            self._flush_brpop_reauth()
+            internals.set_waiting(self, None)
+            internals.flush_reauth(self)
         if not reply:
             raise Empty()
         key, item = bytes_to_str(reply[0]), reply[1]
-        if self._closing:
+        if self.closing:
             # Not recorded yet and nobody will process it: back where it was, untouched.
             with self.conn_or_acquire() as client:
                 client.rpush(key, item)
             return False
         queue = key.rsplit(self.sep, 1)[0]
-        self._queue_cycle.rotate(queue)
+        internals.queue_cycle(self).rotate(queue)
         self._maybe_ready = True
         payload = _read(bytes_to_str(item), queue, None)
         if isinstance(payload, Unreadable):
@@ -392,12 +358,12 @@ class Channel(redis.Channel):  # type: ignore[misc]
         elif self._batching and self._script_loaded:
             # Record it (and look for more) with a fetch sent now, before delivering: the record
             # reaches Redis as soon as kombu's would, without a round trip before the delivery.
-            queues = list(self._queue_cycle.consume(len(self.active_queues))) or [queue]
+            queues = list(internals.queue_cycle(self).consume(len(self.active_queues))) or [queue]
             booking = _booking(payload, item)
             self._send_fetch(queues, max(self._room() - 1, 0), [booking])
             self.qos.prebooked = booking[0]
         try:
-            self.connection._deliver(payload, queue)
+            internals.deliverer(self)(payload, queue)
         finally:
             self.qos.prebooked = None
         return True
@@ -415,54 +381,42 @@ class Channel(redis.Channel):  # type: ignore[misc]
     # -- closing ---------------------------------------------------------------------------------
 
     def before_restore(self) -> None:
-        """Called by the QoS just before it restores unacknowledged messages (on close)."""
+        """Called by the QoS just before it restores unacknowledged messages (on close): the
+        fetched ones not handed to the consumer are restored with them."""
         while self._undelivered:
             _, payload, _recorded = self._undelivered.popleft()
             if isinstance(payload, Unreadable):
                 self._drop_unreadable(payload)
             else:
                 self.qos.track(self.Message(payload, channel=self))
-        self._flush_acks_or_owe()
+        super().before_restore()
 
-    def close(self) -> None:
-        if not self.closed and not self._closing:
-            self._closing = True
-            if self._in_poll:
-                # A reply in flight may hold messages already recorded as unacked: read it, so
-                # they are restored now rather than after the visibility timeout. A BRPOP is
-                # told to return now (with its message, if it just took one).
-                self._unblock()
-                while self._in_poll:  # the acks' reply may come before the BRPOP's
-                    try:
-                        self._brpop_read()
-                    except Empty:
-                        pass
-                    except Exception as exc:
-                        logger.debug("lost the reply in flight while closing: %r", exc)
-                        break
-            self._flush_acks_or_owe()
-        super().close()
+    def before_close(self) -> None:
+        if internals.waiting(self):
+            # A reply in flight may hold messages already recorded as unacked: read it, so
+            # they are restored now rather than after the visibility timeout. A BRPOP is
+            # told to return now (with its message, if it just took one).
+            self._unblock()
+            while internals.waiting(self):  # the acks' reply may come before the BRPOP's
+                try:
+                    self.read_reply()
+                except Empty:
+                    pass
+                except Exception as exc:
+                    logger.debug("lost the reply in flight while closing: %r", exc)
+                    break
 
     def _unblock(self) -> None:
-        connection = self._in_poll
+        connection = internals.waiting(self)
         if self._fetch is not None or self._client_id is None or connection is None:
             return
-        if connection._sock is not self._client_id_sock:
+        if internals.socket_of(connection) is not self._client_id_sock:
             return
         try:
             with self.conn_or_acquire() as client:
                 client.client_unblock(self._client_id)
         except Exception as exc:  # the BRPOP then ends by itself within brpop_timeout
             logger.debug("could not unblock the BRPOP connection: %r", exc)
-
-    def _flush_acks_or_owe(self) -> None:
-        try:
-            self.flush_acks()
-        except Exception as exc:
-            tags = self.acks.take()
-            owe(self.ack_location, tags)
-            logger.warning("Could not write %d acknowledgement(s) to Redis before closing (%r); the "
-                           "next connection to it writes them", len(tags), exc)
 
 
 class SentinelChannel(Channel, redis.SentinelChannel):  # type: ignore[misc]
@@ -487,8 +441,7 @@ def _read(raw: str, queue: str, recorded: str | None) -> Any:
     try:
         payload = loads(raw)
     except Exception as exc:  # not JSON, nested too deeply, a kombu type tag it cannot read
-        reason = f"its envelope is not JSON ({type(exc).__name__}: {exc}): {raw[:120]!r}"
-        return Unreadable(reason, fresh_tag() if recorded is None else recorded, queue)
+        return Unreadable(not_json(raw, exc), fresh_tag() if recorded is None else recorded, queue)
     problem = envelope_problem(payload) or tag_problem(payload)
     if problem is not None:
         return Unreadable(problem, fresh_tag() if recorded is None else recorded, queue)

@@ -1,19 +1,36 @@
 """The kombu transport classes handed to ``kombu.Connection(transport=...)``: kombu's Redis
-transports with the batched channels, and a poller that writes buffered acknowledgements at the
-start of every loop turn (every hub tick, every ``drain_events`` poll)."""
+transports with the channel the fast paths allow (:mod:`.internals`), and a poller that writes
+buffered acknowledgements at the start of every loop turn (every hub tick, every
+``drain_events`` poll)."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kombu.transport import redis as _redis
 
+from . import internals
+from .acking import AckingChannel, AckingSentinelChannel
 from .channel import Channel, SentinelChannel
+from .stock import StockChannel, StockSentinelChannel
 
-__all__ = ["MultiChannelPoller", "SentinelTransport", "Transport"]
+__all__ = ["MultiChannelPoller", "SentinelTransport", "Transport", "channel_class"]
+
+logger = logging.getLogger(__name__)
 
 # kombu is not annotated: its module is typed as Any here, once.
 redis: Any = _redis
+
+
+def channel_class(sentinel: bool = False) -> type[StockChannel]:
+    """The channel the fast paths on in this process allow."""
+    decision = internals.current()
+    if "fetch" in decision:
+        return SentinelChannel if sentinel else Channel
+    if "acks" in decision:
+        return AckingSentinelChannel if sentinel else AckingChannel
+    return StockSentinelChannel if sentinel else StockChannel
 
 
 class MultiChannelPoller(redis.MultiChannelPoller):  # type: ignore[misc]
@@ -23,7 +40,7 @@ class MultiChannelPoller(redis.MultiChannelPoller):  # type: ignore[misc]
         # Starting a fetch takes the buffered acks along; what is left is written here, unless
         # a fetch that will be read within a round trip is in flight (the next one carries them).
         super().on_poll_start()
-        for channel in self._channels:
+        for channel in internals.channels_of(self):
             if channel.acks and not self._fetch_carries_acks(channel):
                 channel.flush_acks()
 
@@ -32,23 +49,22 @@ class MultiChannelPoller(redis.MultiChannelPoller):  # type: ignore[misc]
             return False
         if channel.recording_in_flight:
             return True
-        sock = self._chan_to_sock.get((channel, channel.client, "BRPOP"))
+        sock = internals.brpop_socket(self, channel)
         # A paused reply (no prefetch room) is not read soon: its acks must not wait for it.
-        return sock is not None and sock.fileno() not in self._paused_brpop
-
-
-#: how kombu's per-turn callback is named (registered by its ``register_with_event_loop``)
-_KOMBUS_POLL_START = "register_with_event_loop.<locals>.on_poll_start"
+        return sock is not None and not internals.paused(self, sock.fileno())
 
 
 class Transport(redis.Transport):  # type: ignore[misc]
-    """kombu's Redis transport with batched fetches and acknowledgements."""
+    """kombu's Redis transport with the batched channels when their fast paths are on."""
 
-    Channel = Channel
+    Channel = StockChannel
+    sentinel = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cycle = MultiChannelPoller()
+        self.Channel = channel_class(self.sentinel)
+        if issubclass(self.Channel, AckingChannel):
+            self.cycle = MultiChannelPoller()
         # The TLS arguments the worker resolved from every source (RedisTransport): kombu keeps
         # only the URL's ssl_* parameters when there are any.
         resolved = self.client.transport_options.get("ssl")
@@ -60,11 +76,10 @@ class Transport(redis.Transport):  # type: ignore[misc]
         only when they are not there yet: kombu adds every one at every turn, and the poller
         answers each with a failed ``epoll_ctl`` (already registered) and an exception."""
         super().register_with_event_loop(connection, loop)
-        kombus = [tick for tick in loop.on_tick
-                  if getattr(tick, "__qualname__", "").endswith(_KOMBUS_POLL_START)]
-        if len(kombus) != 1:
-            return  # a kombu that registers differently: keep its own
-        loop.on_tick.discard(kombus[0])
+        kombus = internals.kombus_poll_start(loop) if "hub" in internals.current() else None
+        if kombus is None:
+            return  # kombu's own (reported once, as the fast path that is off)
+        loop.on_tick.discard(kombus)
         cycle, on_readable, readers, add_reader = self.cycle, self.on_readable, loop.readers, loop.add_reader
 
         def on_poll_start() -> None:
@@ -80,4 +95,5 @@ class SentinelTransport(Transport):
     """The same through Redis Sentinel (``sentinel://`` URLs, ``master_name`` option)."""
 
     default_port = 26379
-    Channel = SentinelChannel
+    Channel = StockSentinelChannel
+    sentinel = True

@@ -4,8 +4,10 @@
 Threads share one subscriber connection. One waiting thread at a time reads it (the others sleep
 on a condition until it hands over what arrived or gives the reading up), commands and parsing
 take a lock, and the blocking wait on the socket is done outside that lock, so a thread sending
-a task subscribes without waiting for a reader. After a reconnect, the results of every waited
-task are read again (MGET): a PUBLISH sent while the connection was down is lost.
+a task subscribes without waiting for a reader (with that fast path off, see :mod:`.internals`,
+the reader waits in redis-py's ``get_message`` under the lock, :data:`LOCKED_WAIT` at a time).
+After a reconnect, the results of every waited task are read again (MGET): a PUBLISH sent while
+the connection was down is lost.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from kombu.utils import encoding as _encoding
 from worker_core.exceptions import ResultTimeout
 from worker_core.results.meta import READY_STATES
 
+from . import internals
+
 __all__ = ["ResultListener"]
 
 logger = logging.getLogger(__name__)
@@ -32,6 +36,8 @@ bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
 
 #: The longest a reader blocks on the socket before looking at its deadline again.
 MAX_BLOCK = 1.0
+#: The longest a reader waits holding the lock, when it cannot wait on the socket without it.
+LOCKED_WAIT = 0.05
 #: Pause between attempts to reach a Redis server that is down.
 RECONNECT_PAUSE = 0.2
 #: Subscriptions made before sending tasks that nobody waits for yet: the oldest beyond this
@@ -58,6 +64,8 @@ class ResultListener:
         self._early: OrderedDict[str, None] = OrderedDict()
         self._hooked: Any = None
         self._stale = False
+        #: whether the reader may wait on the subscriber's socket outside the lock
+        self._selects = "listener" in internals.current()
 
     # -- subscriptions ---------------------------------------------------------------------------
 
@@ -167,8 +175,11 @@ class ResultListener:
         try:
             messages = self._drain()
             if not messages and not self._stale:
-                self._block(block)
-                messages = self._drain()
+                if self._selects:
+                    self._block(block)
+                    messages = self._drain()
+                else:
+                    messages = self._drain(min(block, LOCKED_WAIT))
         except self._connection_errors() as exc:
             self._stale = True
             self._pause_or_time_out(key, deadline, exc)
@@ -179,22 +190,24 @@ class ResultListener:
         for each in unwanted:
             self.unsubscribe(each)
 
-    def _drain(self) -> list[Mapping[str, Any]]:
+    def _drain(self, wait: float = 0) -> list[Mapping[str, Any]]:
+        """What has arrived; ``wait``: seconds the first message may take to come."""
         messages = []
         with self._io:
             connection = self._pubsub.connection
-            if connection is not None and connection._sock is None:
+            if self._selects and connection is not None and internals.socket_of(connection) is None:
                 connection.connect()  # back after an outage: redis-py subscribes again
             while True:
-                message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=0)
+                message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
                 if message is None:
                     break
                 messages.append(message)
+                wait = 0
         return messages
 
     def _block(self, seconds: float) -> None:
         connection = self._pubsub.connection
-        sock = getattr(connection, "_sock", None)
+        sock = None if connection is None else internals.socket_of(connection)
         if sock is None:
             return
         pending = getattr(sock, "pending", None)  # TLS: decrypted bytes select() cannot see

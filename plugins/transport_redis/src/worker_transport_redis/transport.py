@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from worker_core.exceptions import TransportError
-
 from .options import check_options, check_urls
 from .tls import TLS, broker_tls
 
@@ -77,15 +75,13 @@ class RedisTransport:
 
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """Messages waiting in ``queue``: LLEN summed over its priority lists."""
-        from .channel import Channel
+        from .stock import priority_lists
 
-        channel = connection.default_channel
-        if not isinstance(channel, Channel):
-            raise TransportError(
-                f"queue_depth() needs a connection made with this transport's kombu_transport() "
-                f"(got a channel of {type(channel).__module__}.{type(channel).__qualname__})"
-            )
-        return int(channel._size(queue))
+        channel: Any = connection.default_channel  # a kombu Redis channel (kombu is not annotated)
+        with channel.conn_or_acquire() as client, client.pipeline() as pipe:
+            for name in priority_lists(queue, channel.priority_steps, channel.sep):
+                pipe.llen(name)
+            return int(sum(pipe.execute()))
 
 
 if TYPE_CHECKING:

@@ -1,0 +1,252 @@
+"""Every private name of kombu and redis-py the Redis transport uses, the checks that guard the
+fast paths built on them, and the small functions through which the rest of the plugin reaches
+them. Checked against kombu 5.7.0 and redis-py 8.1.0 (the pins: ``kombu>=5.3,<5.8``,
+``redis>=5.0,<8.2``).
+
+==================================================  ==================================================
+name                                                used for
+==================================================  ==================================================
+**batched fetch** (``fetch``)
+``Channel._brpop_start(self, timeout=None)``        overridden: sends the fetch script, or BRPOP
+``Channel._brpop_read(self, **options)``            overridden: reads the script's or BRPOP's reply
+``Channel._in_poll``, ``Channel._brpop_sent_at``    set as kombu's reader sets them: the poller, the
+                                                    BRPOP health check and ``close`` read them
+``Channel._queue_cycle``                            kombu's round-robin order, followed by the script
+``Channel._flush_brpop_reauth(self)``               called after each reply, as kombu does (when the
+                                                    kombu has it: streaming re-authentication)
+``Transport._deliver(self, message, queue)``        hands a fetched envelope to the consumer
+``Channel._do_restore_message(...)``                puts a copy back (requeue of a message whose
+                                                    record is still on its way)
+``MultiChannelPoller._chan_to_sock``,               whether a fetch in flight is read soon, so the
+``MultiChannelPoller._paused_brpop``                buffered acks may wait for it
+redis-py ``Connection._sock``                       the BRPOP socket's identity (``CLIENT UNBLOCK`` on
+                                                    close)
+**batched acknowledgements** (``acks``)
+``QoS._remove_from_indices(self, delivery_tag,      an acknowledgement written at once (when nothing
+pipe=None)``                                        drives the channel)
+``Channel._consumers``                              whether the channel is being consumed
+``MultiChannelPoller._channels``                    the channels whose acks each loop turn writes
+``Channel._create_client(self, asynchronous=False)``  one client per channel instead of one per call
+**sockets added to the hub once** (``hub``)
+kombu's ``register_with_event_loop.<locals>.        found among the hub's per-turn callbacks and
+on_poll_start``                                     replaced by one that adds only new sockets
+**result waits** (``listener``)
+redis-py ``Connection._sock``                       the subscriber's socket, waited on outside the lock
+==================================================  ==================================================
+
+Each fast path falls back on its own (``fetch`` only with ``acks``: the script's records and the
+acks it carries are ordered on one connection, kombu's QoS would write acks on another).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from types import CodeType
+from typing import Any
+
+import kombu as _kombu_package
+import redis as _redis_package
+import redis.connection as _redis_connection
+from kombu.asynchronous import hub as _hub
+from kombu.transport import redis as _kombu_redis
+from kombu.transport import virtual as _virtual
+
+from .fastpaths import Check, Decision, FastPath, Library, decide, reads, report, signature
+
+__all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
+           "envelope_of", "flush_reauth", "forget", "has_consumers", "kombus_poll_start", "new_client",
+           "paused", "queue_cycle", "remove_record", "restore_message", "send_brpop",
+           "set_waiting", "socket_of", "waiting"]
+
+logger = logging.getLogger(__name__)
+
+# kombu is not annotated: its modules are typed as Any here, once.
+kombu_redis: Any = _kombu_redis
+virtual: Any = _virtual
+hub: Any = _hub
+KombuChannel: Any = kombu_redis.Channel
+KombuQoS: Any = kombu_redis.QoS
+Poller: Any = kombu_redis.MultiChannelPoller
+RedisConnection: Any = _redis_connection.Connection
+
+KOMBU = Library(_kombu_package, "kombu", (5, 3), (5, 8))
+REDIS = Library(_redis_package, "redis", (5, 0), (8, 2))
+
+#: how kombu's per-turn callback is named (registered by its ``register_with_event_loop``)
+KOMBUS_POLL_START = "register_with_event_loop.<locals>.on_poll_start"
+
+
+def _no_poll_start(owner: Any, name: str) -> str | None:
+    code = getattr(getattr(owner, name, None), "__code__", None)
+    nested = {const.co_name for const in code.co_consts if isinstance(const, CodeType)} if code else set()
+    if KOMBUS_POLL_START.rpartition(".")[2] in nested:
+        return None
+    return f"kombu {KOMBU.version}'s {owner.__qualname__}.{name} no longer defines on_poll_start"
+
+
+PATHS: Mapping[str, FastPath] = {
+    "acks": FastPath(
+        "the acknowledgement batching", "each acknowledgement is written at once (ZREM and HDEL), as kombu "
+        "does", (KOMBU, REDIS), (
+            signature(KombuQoS, "_remove_from_indices", "(self, delivery_tag, pipe=None)"),
+            signature(KombuQoS, "ack", "(self, delivery_tag)"),
+            signature(KombuQoS, "reject", "(self, delivery_tag, requeue=False)"),
+            signature(KombuQoS, "restore_unacked_once", "(self, stderr=None)"),
+            reads(virtual.Channel, "basic_consume", "_consumers"),
+            signature(Poller, "on_poll_start", "(self)"),
+            reads(Poller, "on_poll_start", "_channels"),
+            signature(KombuChannel, "conn_or_acquire", "(self, client=None)"),
+            signature(KombuChannel, "_create_client", "(self, asynchronous=False)"),
+        )),
+    "fetch": FastPath(
+        "the batched fetch", "messages are taken one BRPOP at a time and recorded by kombu's own QoS",
+        (KOMBU, REDIS), (
+            signature(KombuChannel, "_brpop_start", "(self, timeout=None)"),
+            reads(KombuChannel, "_brpop_start", "_queue_cycle", "_in_poll", "_brpop_sent_at"),
+            signature(KombuChannel, "_brpop_read", "(self, **options)"),
+            reads(KombuChannel, "_brpop_read", "_in_poll", "_deliver", "_queue_cycle"),
+            reads(KombuChannel, "close", "_in_poll"),
+            signature(KombuChannel, "_do_restore_message",
+                      "(self, payload, exchange, routing_key, pipe, leftmost=False)"),
+            signature(virtual.Transport, "_deliver", "(self, message, queue)"),
+            signature(virtual.QoS, "append", "(self, message, delivery_tag)"),
+            reads(Poller, "_register", "_chan_to_sock"),
+            reads(Poller, "on_readable", "_paused_brpop"),
+            reads(Poller, "maybe_check_brpop_health", "_in_poll", "_brpop_sent_at"),
+            reads(RedisConnection, "disconnect", "_sock"),
+        ), needs=("acks",)),
+    "hub": FastPath(
+        "the hub registration of each socket once", "kombu adds every Redis socket to the hub again at "
+        "every loop turn",
+        (KOMBU,), (
+            Check(kombu_redis.Transport, "register_with_event_loop", _no_poll_start),
+            signature(kombu_redis.Transport, "register_with_event_loop", "(self, connection, loop)"),
+            reads(hub.Hub, "add", "readers"),  # (as (callback, args), which the replacement compares)
+        )),
+    "listener": FastPath(
+        "the result wait outside the subscriber's lock", "a waiting client reads with redis-py's "
+        "get_message, holding the lock 50 ms at a time", (REDIS,), (
+            reads(RedisConnection, "disconnect", "_sock"),
+        ), still="results still arrive at once, and a thread subscribing meanwhile may wait up to 50 ms"),
+}
+
+_decision: Decision | None = None
+
+
+def current() -> Decision:
+    """Which fast paths are on in this process: decided at the first call, said once in the log."""
+    global _decision
+    if _decision is None:
+        _decision = decide(PATHS, os.environ)
+        report(_decision, PATHS, "Redis transport", logger)
+    return _decision
+
+
+def forget() -> None:
+    """Decide again at the next :func:`current` (after the environment or a library changed)."""
+    global _decision
+    _decision = None
+
+
+# -- batched fetch ---------------------------------------------------------------------------------
+
+
+class FetchHooks:
+    """kombu's reader hooks, bound to the batched channel's own methods."""
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        self.start_read(timeout)  # type: ignore[attr-defined]
+
+    def _brpop_read(self, **options: Any) -> bool:
+        return self.read_reply(**options)  # type: ignore[attr-defined,no-any-return]
+
+
+def send_brpop(channel: Any, timeout: float | None) -> None:
+    """kombu's own BRPOP (after the batched channel's choice not to fetch)."""
+    KombuChannel._brpop_start(channel, timeout)
+
+
+def waiting(channel: Any) -> Any:
+    """The connection a reply is awaited on, or None."""
+    return channel._in_poll
+
+
+def set_waiting(channel: Any, connection: Any, sent_at: float | None = None) -> None:
+    """Mark a command sent on ``connection`` (None: its reply was read), as kombu's reader does."""
+    channel._in_poll = connection
+    if sent_at is not None:
+        channel._brpop_sent_at = sent_at
+
+
+def flush_reauth(channel: Any) -> None:
+    """What kombu does once a reply was read (a pending re-authentication), if it does anything."""
+    flush = getattr(channel, "_flush_brpop_reauth", None)
+    if flush is not None:
+        flush()
+
+
+def queue_cycle(channel: Any) -> Any:
+    """kombu's queue cycle (``consume(n)``, ``rotate(queue)``)."""
+    return channel._queue_cycle
+
+
+def deliverer(channel: Any) -> Callable[[Any, str], Any]:
+    """The function handing an envelope and its queue to the channel's consumer."""
+    return channel.connection._deliver  # type: ignore[no-any-return]
+
+
+def restore_message(channel: Any, payload: Any, exchange: Any, routing_key: Any, pipe: Any,
+                    leftmost: bool) -> None:
+    channel._do_restore_message(payload, exchange, routing_key, pipe, leftmost=leftmost)
+
+
+def envelope_of(message: Any) -> Any:
+    """The envelope a message was built from (kept by the core's message as kombu's keeps it)."""
+    return message._raw
+
+
+def brpop_socket(poller: Any, channel: Any) -> Any:
+    """The socket the poller watches for ``channel``'s reader, or None."""
+    return poller._chan_to_sock.get((channel, channel.client, "BRPOP"))
+
+
+def paused(poller: Any, fileno: int) -> bool:
+    """Whether the poller holds back this socket's reply (no prefetch room)."""
+    return fileno in poller._paused_brpop
+
+
+def socket_of(connection: Any) -> Any:
+    """A redis-py connection's socket, or None when it is not connected."""
+    return connection._sock
+
+
+# -- batched acknowledgements ------------------------------------------------------------------------
+
+
+def has_consumers(channel: Any) -> bool:
+    return bool(channel._consumers)
+
+
+def new_client(channel: Any) -> Any:
+    """A client on the channel's pool, made as kombu makes them."""
+    return channel._create_client()
+
+
+def remove_record(qos: Any, delivery_tag: str) -> None:
+    """Drop a message's unacked record now (ZREM and HDEL in one pipeline)."""
+    qos._remove_from_indices(delivery_tag).execute()
+
+
+def channels_of(poller: Any) -> Any:
+    return poller._channels
+
+
+# -- the hub -----------------------------------------------------------------------------------------
+
+
+def kombus_poll_start(loop: Any) -> Any:
+    """kombu's per-turn callback on ``loop``, or None when there is not exactly one."""
+    found = [tick for tick in loop.on_tick if getattr(tick, "__qualname__", "").endswith(KOMBUS_POLL_START)]
+    return found[0] if len(found) == 1 else None

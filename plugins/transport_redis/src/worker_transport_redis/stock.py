@@ -1,0 +1,99 @@
+"""kombu's own Redis channel, as the transport runs it when its fast paths are off: kombu takes
+every message with BRPOP, records it and acknowledges it, through public hooks only.
+
+kombu decodes what BRPOP returns before any message is built, so an envelope that is not JSON
+would raise out of ``drain_events`` (and stop the worker). A response callback on the channel's
+client (redis-py's ``set_response_callback``) gives kombu, in its place, a stand-in envelope
+carrying the reason, from which :class:`Message` builds a message to reject.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kombu.transport import redis as _redis
+from kombu.utils import encoding as _encoding
+
+from worker_core.protocol.fastjson import dumps as fast_dumps
+from worker_core.protocol.fastjson import loads as fast_loads
+from worker_core.transports import message as _message
+from worker_core.transports.message import Unreadable, fresh_tag
+
+__all__ = ["Message", "StockChannel", "StockSentinelChannel", "not_json", "priority_lists", "read_envelope"]
+
+# kombu is not annotated: its modules are typed as Any here, once.
+redis: Any = _redis
+CoreMessage: Any = _message.Message
+loads: Callable[[str], Any] = fast_loads
+dumps: Callable[[Any], str] = fast_dumps
+bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
+
+#: the key of a stand-in envelope: ``{"reason": ..., "queue": ...}`` of an item that was not one
+STAND_IN = "worker-unreadable"
+#: how much of an unreadable item a reason quotes
+_QUOTED = 120
+
+
+def priority_lists(queue: str, steps: Sequence[int], sep: str) -> list[str]:
+    """The Redis lists of ``queue``, one per priority step, served in this order (Celery's
+    layout, which kombu writes: ``queue`` for step 0, ``queue`` + ``sep`` + step for the others)."""
+    return [f"{queue}{sep}{step}" if step else queue for step in steps]
+
+
+def not_json(raw: str, exc: Exception) -> str:
+    """Why the envelope ``raw`` cannot be read (``exc``: what decoding it raised)."""
+    return f"its envelope is not JSON ({type(exc).__name__}: {exc}): {raw[:_QUOTED]!r}"
+
+
+def read_envelope(raw: str, queue: str) -> Any:
+    """The decoded envelope ``raw`` (as kombu decodes it), or why it is none."""
+    try:
+        return loads(raw)
+    except Exception as exc:  # not JSON, nested too deeply, a kombu type tag it cannot read
+        return Unreadable(not_json(raw, exc), fresh_tag(), queue)
+
+
+class Message(CoreMessage):  # type: ignore[misc]
+    """The core's message for kombu's virtual transports, which also reads stand-in envelopes."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        if isinstance(payload, Mapping) and isinstance(payload.get(STAND_IN), Mapping):
+            described = payload[STAND_IN]
+            payload = Unreadable(str(described.get("reason")), fresh_tag(), str(described.get("queue")))
+        super().__init__(payload, channel, **kwargs)
+
+
+def _checking(original: Callable[..., Any], channel: Any) -> Callable[..., Any]:
+    """``original`` (redis-py's BRPOP response callback), whose item is replaced by a stand-in
+    when it is not JSON."""
+    def check(response: Any, **options: Any) -> Any:
+        reply = original(response, **options)
+        if not reply:
+            return reply
+        key, item = reply
+        queue = bytes_to_str(key).removeprefix(channel.global_keyprefix).rsplit(channel.sep, 1)[0]
+        found = read_envelope(bytes_to_str(item), queue)
+        if isinstance(found, Unreadable):
+            return key, dumps({STAND_IN: {"reason": found.reason, "queue": queue}})
+        return reply
+
+    return check
+
+
+class StockChannel(redis.Channel):  # type: ignore[misc]
+    """kombu's Redis channel, with the core's message and envelopes checked at BRPOP."""
+
+    Message = Message
+    #: False for a channel reading BRPOP's replies itself (it checks them there)
+    checks_brpop_replies = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.checks_brpop_replies:
+            client = self.client
+            client.set_response_callback("BRPOP", _checking(client.response_callbacks["BRPOP"], self))
+
+
+class StockSentinelChannel(StockChannel, redis.SentinelChannel):  # type: ignore[misc]
+    """The same, finding the master through Redis Sentinel."""
