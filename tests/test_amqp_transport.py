@@ -260,6 +260,8 @@ def test_a_short_read_is_not_followed_by_a_read_that_finds_the_socket_empty() ->
             return self.reads.pop(0)
 
     class Connection:
+        takes_whole_deliveries = False
+
         def __init__(self, transport: BufferedTCPTransport) -> None:
             self.transport = transport
             self.frames: list[tuple[int, int, bytes]] = []
@@ -313,6 +315,8 @@ def test_a_whole_delivery_is_taken_in_one_call_and_anything_else_frame_by_frame(
 
     class Connection:
         """The connection's side of a delivery: what it was handed, and how."""
+
+        takes_whole_deliveries = True
 
         def __init__(self, transport: reading.BufferedTCPTransport) -> None:
             self.transport = transport

@@ -1,4 +1,8 @@
-"""kombu's py-amqp channel with acknowledgements written in batches.
+"""kombu's py-amqp channel and connection with deliveries handed over whole
+(:class:`DeliveringChannel`) and acknowledgements written in batches (:class:`Channel`).
+
+A delivered message the frame handler gathered (:mod:`.decoding`) or the reader took whole
+(:mod:`.delivery`) becomes kombu's message in one step, without py-amqp's message in between.
 
 Acknowledging every message with its own ``basic.ack`` frame costs a socket write each (and
 RabbitMQ a wakeup). This channel keeps the delivery tags in delivery order, remembers which were
@@ -37,11 +41,13 @@ from kombu.transport import pyamqp as _pyamqp
 
 from worker_core.exceptions import ProtocolError
 
+from . import internals, stock
 from .decoding import BASIC_DELIVER, FrameHandler, UnreadableProperties, content_of, deliver_arguments
 from .delivery import Delivery
 from .reading import BufferedTCPTransport, dispatch_frames
 
-__all__ = ["ACK_HOLD", "Channel", "Connection", "DeliveredMessage"]
+__all__ = ["ACK_HOLD", "Channel", "Connection", "DeliveredMessage", "DeliveringChannel", "ReadingConnection",
+           "StockConnection", "channel_class", "connection_class"]
 
 #: a ``basic.ack`` method frame: type 1, channel, size 13, class 60, method 80, delivery tag,
 #: the ``multiple`` bit, frame end
@@ -74,13 +80,11 @@ class DeliveredMessage(pyamqp.Message):  # type: ignore[misc]
         )
 
 
-class Channel(pyamqp.Channel):  # type: ignore[misc]
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._delivered: deque[int] = deque()
-        self._acked: set[int] = set()
-        self._ack_batch = 1  # how many make a batch: half the prefetch window (see basic_qos)
-        self._window = 1  # the prefetch window: unacknowledged messages the broker sends at most
+class DeliveringChannel(stock.StockChannel):
+    """kombu's py-amqp channel, taking deliveries whole (see the module docstring)."""
+
+    #: whether deliveries are noted for batched acknowledgements (see :class:`Channel`)
+    notes_deliveries = False
 
     def on_delivery(self, payload: bytes, properties: dict[str, Any], body: Any) -> Any:
         """A ``basic.deliver`` and its message, from the frame handler: :meth:`deliver` with
@@ -98,15 +102,16 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         kombu's message is built from them and handed to the consumer's callback (py-amqp's
         generic dispatch builds its own message first, then kombu copies it into one of its
         own). Anything unusual takes py-amqp's path."""
-        if self.is_closing or BASIC_DELIVER in self._pending:
+        if self.is_closing or internals.awaited(self, BASIC_DELIVER):
             return dispatch_as_py_amqp(self, payload, properties, body)
         callback = self.callbacks.get(consumer_tag)
         if callback is None:  # py-amqp warns and gives it back
             return dispatch_as_py_amqp(self, payload, properties, body)
-        if len(self._acked) >= self._ack_batch:
-            self.flush_acks()  # before this message is worked on (see the module's docstring)
-        if consumer_tag not in self.no_ack_consumers:
-            self._delivered.append(delivery_tag)
+        if self.notes_deliveries:
+            if len(self._acked) >= self._ack_batch:
+                self.flush_acks()  # before this message is worked on (see the module's docstring)
+            if consumer_tag not in self.no_ack_consumers:
+                self._delivered.append(delivery_tag)
         if self.auto_decode and "content_encoding" in properties:
             try:
                 body = body.decode(properties["content_encoding"])
@@ -123,11 +128,23 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
             return raw_message
         return super().message_to_python(raw_message)
 
-    def _on_basic_deliver(self, consumer_tag: str, delivery_tag: int, redelivered: bool, exchange: str,
-                          routing_key: str, msg: Any) -> None:
+
+class Channel(internals.DeliverHooks, DeliveringChannel):
+    """The same, acknowledging in batches (see the module docstring)."""
+
+    notes_deliveries = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._delivered: deque[int] = deque()
+        self._acked: set[int] = set()
+        self._ack_batch = 1  # how many make a batch: half the prefetch window (see basic_qos)
+        self._window = 1  # the prefetch window: unacknowledged messages the broker sends at most
+
+    def note_delivery(self, consumer_tag: str, delivery_tag: int) -> None:
+        """A delivery py-amqp dispatches (:class:`~.internals.DeliverHooks`)."""
         if consumer_tag not in self.no_ack_consumers:
             self._delivered.append(delivery_tag)
-        super()._on_basic_deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key, msg)
 
     def basic_ack(self, delivery_tag: int, multiple: bool = False, argsig: str = "Lb") -> Any:
         if multiple or delivery_tag not in self._delivered or self.connection is None:
@@ -201,17 +218,6 @@ class Channel(pyamqp.Channel):  # type: ignore[misc]
         self._forget(delivery_tag)
         return super().basic_reject(delivery_tag, requeue)
 
-    def basic_nack(
-        self, delivery_tag: int, multiple: bool = False, requeue: bool = True, argsig: str = "Lbb"
-    ) -> Any:
-        if multiple:
-            self.flush_acks()
-            while self._delivered and self._delivered[0] <= delivery_tag:
-                self._delivered.popleft()
-        else:
-            self._forget(delivery_tag)
-        return super().basic_nack(delivery_tag, multiple, requeue)
-
     def basic_recover(self, requeue: bool = False) -> Any:
         self.flush_acks()
         self._delivered.clear()
@@ -245,33 +251,50 @@ def _open_channels(connection: Any) -> list[Channel]:
             if isinstance(channel, Channel) and channel.is_open]
 
 
-class Connection(pyamqp.Connection):  # type: ignore[misc]
-    Channel = Channel
+def channel_class() -> type[stock.StockChannel]:
+    """The channel the fast paths on in this process allow."""
+    decision = internals.current()
+    if "acks" in decision:
+        return Channel
+    return DeliveringChannel if "delivery" in decision else stock.StockChannel
+
+
+class StockConnection(pyamqp.Connection):  # type: ignore[misc]
+    """kombu's py-amqp connection, on py-amqp's frame handler (:func:`.stock.frame_handler`)."""
+
+    Channel = stock.StockChannel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("frame_handler", self.chosen_frame_handler())
+        super().__init__(*args, **kwargs)
+        self.Channel = channel_class()
+
+    def chosen_frame_handler(self) -> Any:
+        return stock.frame_handler
+
+
+class Connection(StockConnection):
+    """The same, feeding the fast paths that are on (:mod:`.internals`)."""
 
     #: called when a channel starts holding acknowledgements (none were held): an event loop
     #: arms a timer that sends them within :data:`ACK_HOLD` seconds
     on_ack_held: Callable[[], None] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("frame_handler", FrameHandler)  # faster content headers (:mod:`.decoding`)
         super().__init__(*args, **kwargs)
+        #: whether a delivery whose frames have all arrived is taken whole (:mod:`.reading`)
+        self.takes_whole_deliveries = "whole" in internals.current()
 
-    def Transport(self, host: str, connect_timeout: float | None, ssl: Any = False,
-                  read_timeout: float | None = None, write_timeout: float | None = None,
-                  socket_settings: Any = None, **kwargs: Any) -> Any:
-        """py-amqp's transport; over plain TCP, one that reads ahead (:mod:`.reading`)."""
-        if ssl:
-            return super().Transport(host, connect_timeout, ssl, read_timeout, write_timeout,
-                                     socket_settings, **kwargs)
-        return BufferedTCPTransport(host, connect_timeout=connect_timeout, read_timeout=read_timeout,
-                                    write_timeout=write_timeout, socket_settings=socket_settings, **kwargs)
+    def chosen_frame_handler(self) -> Any:
+        # faster content headers and whole messages (:mod:`.decoding`)
+        return FrameHandler if "delivery" in internals.current() else stock.frame_handler
 
     def on_delivery(self, channel_id: int, payload: bytes, properties: dict[str, Any], body: Any) -> None:
         """A whole delivered message from the frame handler (:class:`.decoding.FrameHandler`)."""
         if self.channels is None:
             raise RecoverableConnectionError("Connection already closed")
         channel = self.channels[channel_id]
-        if isinstance(channel, Channel):
+        if isinstance(channel, DeliveringChannel):
             channel.on_delivery(payload, properties, body)
         else:
             dispatch_as_py_amqp(channel, payload, properties, body)
@@ -283,7 +306,7 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
         if self.channels is None:
             raise RecoverableConnectionError("Connection already closed")
         channel = self.channels[channel_id]
-        if isinstance(channel, Channel):
+        if isinstance(channel, DeliveringChannel):
             channel.deliver(payload, consumer_tag, delivery_tag, redelivered, exchange, routing_key,
                             properties, body)
         else:
@@ -293,7 +316,7 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
         """Handle the whole frames left in the read buffer by a blocking read (py-amqp waiting
         for a reply reads ahead too), which the event loop would not report as readable."""
         transport = self.transport
-        if transport is None or not transport._read_buffer:
+        if not isinstance(transport, BufferedTCPTransport) or not transport.buffered:
             return
         dispatch_frames(self, sys.maxsize)
 
@@ -312,3 +335,27 @@ class Connection(pyamqp.Connection):  # type: ignore[misc]
         if lost:
             logger.error(LOST, lost, "the connection was lost before they were sent")
         super().collect()
+
+
+class ReadingConnection(Connection):
+    """The same over the buffered reader (:mod:`.reading`) on plain TCP."""
+
+    def Transport(self, host: str, connect_timeout: float | None, ssl: Any = False,
+                  read_timeout: float | None = None, write_timeout: float | None = None,
+                  socket_settings: Any = None, **kwargs: Any) -> Any:
+        """py-amqp's transport; over plain TCP, one that reads ahead (:mod:`.reading`)."""
+        if ssl:
+            return super().Transport(host, connect_timeout, ssl, read_timeout, write_timeout,
+                                     socket_settings, **kwargs)
+        return BufferedTCPTransport(host, connect_timeout=connect_timeout, read_timeout=read_timeout,
+                                    write_timeout=write_timeout, socket_settings=socket_settings, **kwargs)
+
+
+def connection_class() -> type[StockConnection]:
+    """The connection the fast paths on in this process allow."""
+    decision = internals.current()
+    if "reader" in decision:
+        return ReadingConnection
+    if "delivery" in decision or "acks" in decision:
+        return Connection
+    return StockConnection

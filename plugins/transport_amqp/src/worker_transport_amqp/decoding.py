@@ -4,9 +4,11 @@ A Celery message carries about twenty headers in its ``application_headers`` tab
 decodes a table item by item through a generic reader that converts each type letter and each
 string with a helper call: 15 us per message, an eighth of the worker's main process time on
 RabbitMQ. Here the types a task message uses (long strings, void, booleans, 32-bit integers,
-tables, arrays) are read inline (8 us) and every other type goes to py-amqp's own reader, so the
-values are exactly py-amqp's. Text that is not UTF-8, or a header that fails to decode here, is
-decoded again by py-amqp from the start: its bytes, and its errors for malformed frames, are kept.
+tables, arrays) are read inline (8 us) and every other type goes to py-amqp's own item reader
+(:func:`.internals.read_item`), so the values are exactly py-amqp's. Text that is not UTF-8, a
+header that fails to decode here, or one holding a rarer type while py-amqp's item reader is not
+to be used, is decoded again by py-amqp from the start: its bytes, and its errors for malformed
+frames, are kept.
 
 :class:`FrameHandler` is py-amqp's frame dispatcher (``Connection(frame_handler=...)``) using
 this decoder for the content header of ``basic`` class messages, and handing a delivered message
@@ -21,8 +23,10 @@ from typing import Any
 
 from amqp.basic_message import Message
 from amqp.exceptions import UnexpectedFrame
-from amqp.serialization import PROPERTY_CLASSES, _read_item, decode_properties_basic
+from amqp.serialization import PROPERTY_CLASSES, decode_properties_basic
 from amqp.spec import Basic
+
+from .internals import read_item
 
 __all__ = ["BASIC_DELIVER", "Content", "FrameHandler", "UnreadableProperties", "content_of",
            "decode_basic_properties", "decode_properties", "deliver_arguments"]
@@ -65,7 +69,7 @@ def _value(buf: bytes, offset: int) -> tuple[Any, int]:
             item, offset = _value(buf, offset)
             items.append(item)
         return items, offset
-    return _read_item(buf, offset)  # type: ignore[no-any-return]  # other types: py-amqp reads them
+    return read_item(buf, offset)  # other types: py-amqp's reader (else its decoder, from the start)
 
 
 def _table(buf: bytes, offset: int) -> tuple[dict[Any, Any], int]:

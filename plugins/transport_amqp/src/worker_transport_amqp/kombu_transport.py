@@ -1,5 +1,7 @@
 """The kombu transport classes handed to ``kombu.Connection(transport=...)``: kombu's py-amqp
-transports, except that a missed heartbeat also drops the socket and acks are batched.
+transports, except that a missed heartbeat also drops the socket, and with the fast paths that
+are on (:mod:`.internals`) every frame that has arrived is handled per readable event and acks
+are batched.
 
 py-amqp raises ``ConnectionForced`` for a missed heartbeat but keeps the socket, so whatever
 closes the connection afterwards (a channel's close, the connection's) waits forever for the
@@ -15,7 +17,10 @@ from typing import Any
 from amqp.exceptions import ConnectionForced, RecoverableConnectionError
 from kombu.transport import pyamqp as _pyamqp
 
-from .channel import ACK_HOLD, Connection
+from worker_core.exceptions import ConfigurationError
+
+from . import internals
+from .channel import ACK_HOLD, StockConnection, connection_class
 from .reading import BufferedTCPTransport, dispatch_arrived
 
 __all__ = ["SSLTransport", "Transport"]
@@ -28,13 +33,24 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
     """kombu's py-amqp transport; a missed heartbeat drops the connection's socket, and
     acknowledgements go out in batches (see :mod:`.channel`) between loop turns."""
 
-    Connection = Connection
+    Connection = StockConnection
 
     #: frames read per readable event before letting the rest of the loop run
     frames_per_turn = 256
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.Connection = connection_class()
+        decision = internals.current()
+        self._reads_all = "reader" in decision
+        self._batches_acks = "acks" in decision
+
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)
+        if self._reads_all and isinstance(connection.transport, BufferedTCPTransport):
+            loop.on_tick.add(connection.dispatch_buffered)
+        if not self._batches_acks:
+            return
         timer = None  # sends held acknowledgements if no batch completes before it fires
 
         def flush_held() -> None:
@@ -51,13 +67,14 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
 
         connection.on_ack_held = on_ack_held
         loop.on_tick.add(connection.flush_acks_due)
-        if isinstance(connection.transport, BufferedTCPTransport):
-            loop.on_tick.add(connection.dispatch_buffered)
 
     def on_readable(self, connection: Any, loop: Any) -> None:
         """Handle every frame that has arrived, not one per loop turn as kombu does (a message
         is three frames). The socket stays in blocking mode: a callback may make a blocking call
         on the same connection (a remote-control reply declares its exchange)."""
+        if not self._reads_all:
+            super().on_readable(connection, loop)
+            return
         if not connection.connected:
             raise RecoverableConnectionError("Socket was disconnected")
         if isinstance(connection.transport, BufferedTCPTransport):
@@ -77,7 +94,8 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
         loop.call_soon(self.on_readable, connection, loop)
 
     def drain_events(self, connection: Any, **kwargs: Any) -> Any:
-        connection.flush_acks()
+        if self._batches_acks:
+            connection.flush_acks()
         return connection.drain_events(**kwargs)
 
     def heartbeat_check(self, connection: Any, rate: int = 2) -> Any:
@@ -95,3 +113,8 @@ class SSLTransport(Transport):
         super().__init__(*args, **kwargs)
         if not self.client.ssl:  # kombu's SSLTransport: TLS with default settings
             self.client.ssl = True
+        if isinstance(self.client.ssl, dict):
+            problem = internals.ssl_arguments_problem(self.client.ssl)
+            if problem is not None:
+                raise ConfigurationError(f"cannot connect to RabbitMQ over TLS: {problem}; install a "
+                                         f"py-amqp within those versions")
