@@ -24,7 +24,7 @@ from amqp.spec import Basic, Channel
 from conftest import require_server
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_amqp_transport import connect
+from test_amqp_transport import connect, fast_path_only
 from workers import drain
 
 from worker_transport_amqp import delivery
@@ -242,6 +242,7 @@ def test_celery_headers_come_through_rabbitmq_unchanged() -> None:
     assert got == [({"n": 1}, headers)]
 
 
+@fast_path_only
 def test_a_consumer_gets_kombus_message_with_what_py_amqps_path_would_give_it() -> None:
     require_server(5672, "RabbitMQ")
     from kombu.transport.pyamqp import Message as KombuMessage
@@ -277,6 +278,7 @@ def test_a_consumer_gets_kombus_message_with_what_py_amqps_path_would_give_it() 
             channel.queue_delete(name)
 
 
+@fast_path_only
 @pytest.mark.parametrize("whole", [False, True], ids=["frame by frame", "whole"])
 def test_a_delivery_for_a_consumer_that_is_gone_is_given_back_as_py_amqp_does(whole: bool) -> None:
     require_server(5672, "RabbitMQ")

@@ -3,6 +3,7 @@ heartbeats, priorities, queue depth, and queue declarations Celery and we can sh
 
 from __future__ import annotations
 
+import os
 import select
 import socket
 import ssl
@@ -24,6 +25,11 @@ from worker_core.exceptions import ConfigurationError
 from worker_transport_amqp import AmqpTransport
 
 pytestmark = pytest.mark.amqp
+
+#: py-amqp's and kombu's own paths only (every fast path off): a test of a fast path's own
+#: mechanics skips
+STOCK = os.environ.get("WORKER_STOCK_KOMBU", "") not in ("", "0")
+fast_path_only = pytest.mark.skipif(STOCK, reason="WORKER_STOCK_KOMBU=1 turns off the fast path it checks")
 
 URL = "amqp://guest:guest@127.0.0.1:5672//"
 
@@ -362,6 +368,7 @@ def test_a_whole_delivery_is_taken_in_one_call_and_anything_else_frame_by_frame(
     assert reading.dispatch_arrived(connection, 3) is False
 
 
+@fast_path_only
 def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_name: str) -> None:
     """A blocking read (py-amqp waiting for a reply) takes everything that has arrived; the
     frames after the one it needed are in no socket any more, so the hub must find them in the
@@ -498,6 +505,7 @@ def test_celery_publishes_to_and_consumes_from_a_queue_we_declared(
     assert message is not None and message.headers["task"] == "apps.basic.add"
 
 
+@fast_path_only
 def test_deliveries_on_a_kombu_hub_are_taken_whole_from_the_read_buffer(
         queue_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from worker_transport_amqp.channel import Connection
@@ -534,6 +542,7 @@ def test_the_transport_module_loads_kombus_py_amqp_transport_only_when_connectin
     assert output.strip() == "False"
 
 
+@fast_path_only
 def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_name: str) -> None:
     settings = Settings()
     queue = task_queue(queue_name, settings)
@@ -556,6 +565,7 @@ def test_acks_go_out_in_a_batch_and_never_cover_an_unacknowledged_message(queue_
         assert connection.default_channel.queue_declare(queue_name, passive=True).message_count == 0
 
 
+@fast_path_only
 def test_acks_wait_while_the_window_has_room_until_half_of_it_is_acked_or_the_hold_runs_out(
         queue_name: str) -> None:
     from worker_transport_amqp.channel import ACK_HOLD
@@ -598,6 +608,7 @@ def test_acks_wait_while_the_window_has_room_until_half_of_it_is_acked_or_the_ho
     assert redelivered(settings, queue, 1) == [5]
 
 
+@fast_path_only
 def test_acks_of_everything_delivered_wait_while_the_window_has_room_and_go_at_once_when_full(
         queue_name: str) -> None:
     from worker_transport_amqp.channel import ACK_HOLD
@@ -635,6 +646,7 @@ def test_acks_of_everything_delivered_wait_while_the_window_has_room_and_go_at_o
     assert sorted(redelivered(settings, queue, 3)) == [5, 6, 7]
 
 
+@fast_path_only
 def test_half_the_window_acknowledged_goes_out_before_the_next_delivery_is_handled(
         queue_name: str) -> None:
     settings = Settings()
@@ -661,6 +673,7 @@ def test_half_the_window_acknowledged_goes_out_before_the_next_delivery_is_handl
     assert held_on_arrival == [0, 1, 0, 1]
 
 
+@fast_path_only
 def test_acks_a_lost_connection_could_not_send_are_reported_and_the_messages_come_back(
         queue_name: str, caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings()
