@@ -66,7 +66,6 @@ AmqpConnection: Any = _amqp_package.Connection
 AbstractChannel: Any = _abstract_channel.AbstractChannel
 GenericContent: Any = _serialization.GenericContent
 TCPTransport: Any = _amqp_transport.TCPTransport
-KombuTransport: Any = _pyamqp.Transport
 KombuChannel: Any = _pyamqp.Channel
 KombuMessage: Any = _kombu_message.Message
 
@@ -90,8 +89,6 @@ PATHS: Mapping[str, FastPath] = {
             signature(AmqpConnection, "Transport", "(self, host, connect_timeout, ssl=False, "
                       "read_timeout=None, write_timeout=None, socket_settings=None, **kwargs)"),
             reads(AmqpConnection, "connect", "Transport", "frame_handler_cls", "on_inbound_frame"),
-            signature(KombuTransport, "on_readable", "(self, connection, loop)"),
-            reads(KombuTransport, "register_with_event_loop", "on_readable"),
         )),
     "delivery": FastPath(
         "direct delivery", "py-amqp's frame handler builds its message, and kombu builds its own from it",
@@ -126,7 +123,6 @@ PATHS: Mapping[str, FastPath] = {
             signature(AmqpChannel, "_on_basic_deliver",
                       "(self, consumer_tag, delivery_tag, redelivered, exchange, routing_key, msg)"),
             reads(_method_framing, "frame_writer", "bytes_sent", "write"),
-            signature(KombuTransport, "drain_events", "(self, connection, **kwargs)"),
         )),
 }
 

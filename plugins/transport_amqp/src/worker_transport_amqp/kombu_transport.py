@@ -70,19 +70,19 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
 
     def on_readable(self, connection: Any, loop: Any) -> None:
         """Handle every frame that has arrived, not one per loop turn as kombu does (a message
-        is three frames). The socket stays in blocking mode: a callback may make a blocking call
-        on the same connection (a remote-control reply declares its exchange)."""
-        if not self._reads_all:
-            super().on_readable(connection, loop)
-            return
+        is three frames); with the buffered reader off, one frame per turn, as kombu's reader
+        does. The socket stays in blocking mode: a callback may make a blocking call on the same
+        connection (a remote-control reply declares its exchange)."""
+        if connection.channels is None:
+            return  # closed by the worker: a read queued before (closing the hub runs it) is moot
         if not connection.connected:
             raise RecoverableConnectionError("Socket was disconnected")
-        if isinstance(connection.transport, BufferedTCPTransport):
+        if self._reads_all and isinstance(connection.transport, BufferedTCPTransport):
             if dispatch_arrived(connection, self.frames_per_turn):
                 loop.call_soon(self.on_readable, connection, loop)
             return
-        # TLS: py-amqp's reads, each with its own timeout
-        for _ in range(self.frames_per_turn):
+        # py-amqp's reads (TLS, or the buffered reader off), each with its own timeout
+        for _ in range(self.frames_per_turn if self._reads_all else 1):
             try:
                 connection.drain_events(timeout=0)
             except TimeoutError:

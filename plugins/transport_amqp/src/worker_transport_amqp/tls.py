@@ -84,8 +84,9 @@ def _protocol(value: Any) -> int:
     raise _Invalid("an ssl.PROTOCOL_* value, such as ssl.PROTOCOL_TLS_CLIENT")
 
 
-#: py-amqp's SSL arguments (``SSLTransport._wrap_socket_sni``), plus ``check_hostname``, with a
-#: check each and an example value (as written in a configuration module).
+#: py-amqp's SSL arguments (those its SSL transport takes, see
+#: :func:`.internals.ssl_arguments_problem`), plus ``check_hostname``, with a check each and an
+#: example value (as written in a configuration module).
 ARGUMENTS: Mapping[str, tuple[Callable[[Any], Any], str]] = {
     "ca_certs": (_file, repr(_CA)),
     "certfile": (_file, "'/etc/ssl/client.pem'"),
