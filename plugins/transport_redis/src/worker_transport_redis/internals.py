@@ -17,6 +17,8 @@ name                                                used for
 ``Transport._deliver(self, message, queue)``        hands a fetched envelope to the consumer
 ``Channel._do_restore_message(...)``                puts a copy back (requeue of a message whose
                                                     record is still on its way)
+``Message._raw``                                    the envelope that copy is made of (the core's
+                                                    message keeps it where kombu's does)
 ``MultiChannelPoller._chan_to_sock``,               whether a fetch in flight is read soon, so the
 ``MultiChannelPoller._paused_brpop``                buffered acks may wait for it
 redis-py ``Connection._sock``                       the BRPOP socket's identity (``CLIENT UNBLOCK`` on

@@ -184,7 +184,7 @@ class ResultListener:
             self._stale = True
             self._pause_or_time_out(key, deadline, exc)
             return
-        unwanted = self._deliver(messages)
+        unwanted = self._hand_over(messages)
         if self._stale:
             self._reread()
         for each in unwanted:
@@ -215,7 +215,7 @@ class ResultListener:
             return
         select.select([sock], [], [], seconds)
 
-    def _deliver(self, messages: list[Mapping[str, Any]]) -> list[str]:
+    def _hand_over(self, messages: list[Mapping[str, Any]]) -> list[str]:
         """Hand ready results to their waiters; return the keys nobody waits for."""
         unwanted = []
         with self._state:
