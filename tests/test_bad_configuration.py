@@ -477,6 +477,20 @@ def test_bad_inspect_and_control_arguments_are_refused(queue_url: str, args: lis
     assert_refused(run, *expected, queue_url=queue_url)
 
 
+def test_a_bad_variable_is_named_without_the_passwords_it_holds(queue_url: str) -> None:
+    url = "redis://:first-secret@127.0.0.1:6379/5;amqp://guest:second-secret@127.0.0.1:5672//"
+    run = workerctl("call", "apps.basic.add", "-A", "apps.basic", env={"WORKER_BROKER_URL": url})
+    assert run.code == 2, run.err
+    assert run.errors == [
+        "Error: WORKER_BROKER_URL='redis://:**@127.0.0.1:6379/5;amqp://guest:**@127.0.0.1:5672//': setting "
+        "'broker_url' mixes transports (amqp, redis) in 'redis://:**@127.0.0.1:6379/5;amqp://guest:**@"
+        "127.0.0.1:5672//': the ';'-separated URLs are failover servers of one kind, for example "
+        "redis://a:6379/0;redis://b:6379/0"
+    ], run.err
+    assert "secret" not in run.out + run.err
+    assert _waiting(queue_url) == 1
+
+
 # -- plugin options ---------------------------------------------------------------------------------
 
 AUDIT_PLUGIN = """

@@ -386,7 +386,8 @@ def check_environment(
             Settings(**{name: _from_text(name, text)})
         except ConfigurationError as exc:
             message = str(exc)
-            raise ConfigurationError(message if key in message else f"{key}={text!r}: {message}") from None
+            shown = redact_value(name, text)  # a URL's password or a secret setting's value
+            raise ConfigurationError(message if key in message else f"{key}={shown!r}: {message}") from None
 
 
 def check_serializers(settings: Settings, task_serializers: Mapping[str, str | None] | None = None) -> None:
