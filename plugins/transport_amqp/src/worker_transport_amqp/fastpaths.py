@@ -57,8 +57,8 @@ class Library:
         return f"{self.name}>={_dotted(self.low)},<{_dotted(self.below)}"
 
     def check(self) -> str | None:
-        found = tuple(int(part) for part in re.findall(r"\d+", self.version)[:len(self.below)])
-        if found and self.low <= found < self.below:
+        found = _padded(tuple(int(part) for part in re.findall(r"\d+", self.version)[:3]))
+        if found and _padded(self.low) <= found < _padded(self.below):
             return None
         return f"{self.name} {self.version} is not among the versions checked ({self.checked()})"
 
@@ -141,6 +141,10 @@ def report(decision: Decision, paths: Mapping[str, FastPath], what: str, logger:
 # -- checks -----------------------------------------------------------------------------------------
 
 
+def _padded(version: tuple[int, ...]) -> tuple[int, ...]:
+    return (*version, *(0,) * (3 - len(version))) if version else ()
+
+
 def _dotted(version: tuple[int, ...]) -> str:
     return ".".join(map(str, version))
 
@@ -194,7 +198,7 @@ def _reads_problem(owner: Any, name: str, names: Sequence[str]) -> str | None:
     if code is None:
         return f"{_where(owner)}.{name} is not Python code that can be checked"
     gone = [each for each in names if each not in _names(code)]
-    return f"{_where(owner)}.{name} no longer uses {', '.join(gone)}" if gone else None
+    return f"{_where(owner)}.{name} does not use {', '.join(gone)}" if gone else None
 
 
 def _code(function: Any) -> CodeType | None:

@@ -1,7 +1,7 @@
 """Every private name of py-amqp and kombu the AMQP transport uses, the checks that guard the
 fast paths built on them, and the classes and functions through which the rest of the plugin
-reaches them. Checked against py-amqp 5.4.2 and kombu 5.7.0 (the pins: ``amqp>=5.2,<5.5``,
-``kombu>=5.3,<5.8``).
+reaches them. Checked against py-amqp 5.4.2 and kombu 5.7.0 (the pins: ``amqp>=5.4.2,<5.5``,
+``kombu>=5.7,<5.8``; py-amqp 5.3 decodes some headers otherwise than the decoders here).
 
 ==================================================  ==================================================
 name                                                used for
@@ -69,8 +69,8 @@ TCPTransport: Any = _amqp_transport.TCPTransport
 KombuChannel: Any = _pyamqp.Channel
 KombuMessage: Any = _kombu_message.Message
 
-KOMBU = Library(_kombu_package, "kombu", (5, 3), (5, 8))
-AMQP = Library(_amqp_package, "amqp", (5, 2), (5, 5))
+KOMBU = Library(_kombu_package, "kombu", (5, 7), (5, 8))
+AMQP = Library(_amqp_package, "amqp", (5, 4, 2), (5, 5))
 
 #: bytes asked of the socket per read; it returns what has arrived, up to this
 READ_SIZE = 64 * 1024

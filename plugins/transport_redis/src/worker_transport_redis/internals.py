@@ -1,7 +1,7 @@
 """Every private name of kombu and redis-py the Redis transport uses, the checks that guard the
 fast paths built on them, and the small functions through which the rest of the plugin reaches
-them. Checked against kombu 5.7.0 and redis-py 8.1.0 (the pins: ``kombu>=5.3,<5.8``,
-``redis>=5.0,<8.2``).
+them. Checked against kombu 5.7.0 with redis-py 8.1.0 and 6.1.0 (the pins: ``kombu>=5.7,<5.8``,
+``redis>=6.1,<8.2``; kombu 5.6 gives up the Redis behaviour the transport documents).
 
 ==================================================  ==================================================
 name                                                used for
@@ -73,8 +73,8 @@ KombuQoS: Any = kombu_redis.QoS
 Poller: Any = kombu_redis.MultiChannelPoller
 RedisConnection: Any = _redis_connection.Connection
 
-KOMBU = Library(_kombu_package, "kombu", (5, 3), (5, 8))
-REDIS = Library(_redis_package, "redis", (5, 0), (8, 2))
+KOMBU = Library(_kombu_package, "kombu", (5, 7), (5, 8))
+REDIS = Library(_redis_package, "redis", (6, 1), (8, 2))
 
 #: how kombu's per-turn callback is named (registered by its ``register_with_event_loop``)
 KOMBUS_POLL_START = "register_with_event_loop.<locals>.on_poll_start"
