@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +21,9 @@ from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
 
 if TYPE_CHECKING:
     from .app.base import App
+    from .plugins.hooks import Hooks
 
-__all__ = ["Outcome", "execute", "install", "process_initializer", "request_mapping"]
+__all__ = ["Outcome", "execute", "install", "process_finalizer", "process_initializer", "request_mapping"]
 
 logger = logging.getLogger("worker.execution")
 
@@ -30,21 +31,35 @@ logger = logging.getLogger("worker.execution")
 Outcome = tuple[Any, ...]
 
 _app: App | None = None
-_on_process_init: Callable[[int], None] | None = None
+_hooks: Hooks | None = None
+#: the hooks someone implements (the hooks' own set, kept current): empty without hooks
+_implemented: set[str] | frozenset[str] = frozenset()
 
 
-def install(app: App, on_process_init: Callable[[int], None] | None = None) -> None:
-    """Tell executors which app's tasks to run (done before the pool starts, so forked
-    children inherit it)."""
-    global _app, _on_process_init
+def install(app: App, hooks: Hooks | None = None) -> None:
+    """Tell executors which app's tasks to run and which hooks to call where they run (done
+    before the pool starts, so forked children inherit both)."""
+    global _app, _hooks, _implemented
     _app = app
-    _on_process_init = on_process_init
+    _hooks = hooks
+    _implemented = hooks.implemented if hooks is not None else frozenset()
 
 
 def process_initializer() -> None:
     """Run once in every new pool process or thread before it takes jobs."""
-    if _on_process_init is not None:
-        _on_process_init(os.getpid())
+    if _hooks is not None:
+        _hooks.notify("worker_process_init", pid=os.getpid())
+
+
+def process_finalizer(exitcode: int = 0) -> None:
+    """Run once in every pool process or thread that ends without being killed."""
+    if _hooks is not None:
+        _hooks.notify("worker_process_shutdown", pid=os.getpid(), exitcode=exitcode)
+
+
+def _hook(name: str, **kwargs: Any) -> None:
+    assert _hooks is not None
+    _hooks.caller(name)(**kwargs)
 
 
 def request_mapping(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any],
@@ -80,42 +95,67 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
         return ("expired",)  # it waited in the pool past its expiry: not run
     store = not (context.ignore_result or task.ignore_result)
     request = request_mapping(name, task_id, args, kwargs, fields) if store else {}
+    hooks = _implemented
     started = perf_counter()
     if store and task.track_started:
         _store(app, task_id, {"pid": os.getpid(), "hostname": context.hostname}, STARTED, None, request)
     push(context)
     try:
-        retval = task.run(*args, **kwargs)
-    except Retry as exc:
-        runtime = perf_counter() - started
-        if store:
+        if "task_prerun" in hooks:
+            _hook("task_prerun", task_id=task_id, task=task, args=args, kwargs=kwargs, request=context)
+        try:
+            retval = task.run(*args, **kwargs)
+        except Retry as exc:
+            runtime = perf_counter() - started
             reason = exc.exc if exc.exc is not None else exc
-            _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), request)
-        return ("retry", runtime, str(exc))
-    except Ignore:
-        return ("ignored", perf_counter() - started)
-    except Reject as exc:
-        return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
-    except Exception as exc:
+            if store:
+                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), request)
+            if "task_retry" in hooks:
+                _hook("task_retry", task=task, task_id=task_id, request=context, reason=reason,
+                      traceback=reason.__traceback__)
+            _postrun(hooks, task, task_id, args, kwargs, exc, RETRY, context)
+            return ("retry", runtime, str(exc))
+        except Ignore as exc:
+            _postrun(hooks, task, task_id, args, kwargs, exc, "IGNORED", context)
+            return ("ignored", perf_counter() - started)
+        except Reject as exc:
+            _postrun(hooks, task, task_id, args, kwargs, exc, "REJECTED", context)
+            return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+        except Exception as exc:
+            runtime = perf_counter() - started
+            text = traceback.format_exc()
+            if "task_failure" in hooks:
+                _hook("task_failure", task=task, task_id=task_id, exception=exc, args=args, kwargs=kwargs,
+                      traceback=exc.__traceback__, request=context)
+            if store:
+                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request)
+            _postrun(hooks, task, task_id, args, kwargs, exc, FAILURE, context)
+            return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
         runtime = perf_counter() - started
-        text = traceback.format_exc()
+        if "task_success" in hooks:
+            _hook("task_success", task=task, task_id=task_id, result=retval, request=context)
         if store:
-            _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request)
-        return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
+            try:
+                _store(app, task_id, retval, SUCCESS, None, request)
+            except Exception as exc:  # the value could not be encoded, or the backend failed
+                text = traceback.format_exc()
+                error = ResultError(
+                    f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
+                )
+                _safe_store(app, task_id, encode_exception(error), FAILURE, text, request)
+                _postrun(hooks, task, task_id, args, kwargs, error, FAILURE, context)
+                return ("failure", runtime, type(exc).__name__, safe_repr(error, 500), text)
+        _postrun(hooks, task, task_id, args, kwargs, retval, SUCCESS, context)
+        return ("success", runtime, safe_repr(retval, 300) if log_result else None)
     finally:
         pop()
-    runtime = perf_counter() - started
-    if store:
-        try:
-            _store(app, task_id, retval, SUCCESS, None, request)
-        except Exception as exc:  # the value could not be encoded, or the backend failed
-            text = traceback.format_exc()
-            error = ResultError(
-                f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
-            )
-            _safe_store(app, task_id, encode_exception(error), FAILURE, text, request)
-            return ("failure", runtime, type(exc).__name__, safe_repr(error, 500), text)
-    return ("success", runtime, safe_repr(retval, 300) if log_result else None)
+
+
+def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: list[Any],
+             kwargs: dict[str, Any], retval: Any, state: str, context: TaskContext) -> None:
+    if "task_postrun" in hooks:
+        _hook("task_postrun", task_id=task_id, task=task, args=args, kwargs=kwargs, retval=retval,
+              state=state, request=context)
 
 
 def _safe_store(

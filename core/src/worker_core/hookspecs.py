@@ -1,24 +1,50 @@
-"""Every hook a plugin can implement, with when it is called, its arguments and its result.
+"""Every hook a plugin can implement: when it is called, in which process and thread, with what,
+and what its result means.
 
-A plugin is a module (or object) named by an entry point in the ``worker.plugins`` group whose
-functions are marked with :data:`hookimpl`. Implement only the hooks you need, with only the
-arguments you need (pluggy passes arguments by name).
+A plugin is a module (or object) whose functions are marked with :data:`hookimpl`, named by an
+entry point in the ``worker.plugins`` group, or registered by app code with
+``app.register_hooks(obj)`` (or one function at a time with ``@app.hook``), as Celery users
+connect signals in their tasks module. Implement only the hooks you need, with only the
+arguments you need: pluggy passes arguments by name.
 
-Failure policy: *contribution* and *validation* hooks propagate errors (the command stops with a
-message naming the plugin); *observer* hooks (lifecycle and task events) are isolated per plugin:
-an error is logged with the plugin's name and the other plugins still run.
+Hooks are called through pluggy's hook caller, so ``tryfirst``, ``trylast``, ``wrapper=True``
+(and the old ``hookwrapper=True``) and ``firstresult`` mean what pluggy documents: wrappers run
+around the others, then ``tryfirst`` implementations, the plain ones (the last registered
+first), then ``trylast`` ones.
+
+Failure policy, by kind of hook:
+
+- *contribution* and *validation* hooks (steps, options, commands, checks): an error stops the
+  command with a message naming the plugin and the hook;
+- *observer* hooks (the lifecycle, task and publish events): each plain implementation is
+  isolated: one that raises is logged with its plugin's and the hook's name, the others still
+  run and so does the worker. Wrappers are not isolated: they run around the others and answer
+  for what they do.
+
+Processes and threads: the **main process** is the one ``workerctl worker`` started; its
+**loop thread** runs the event loop (the broker, acknowledgements, remote control). Tasks run in
+an **executor**: a prefork child process, a pool thread, or the loop thread itself with the solo
+pool. A **client** is any process that sends tasks (the app's ``delay``/``apply_async``/
+``send_task``, ``workerctl call``, a task that retries or sends another).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    from .app.context import TaskContext
+    from .app.task import Task
     from .bootsteps.step import Step
     from .options import OptionSpec, WorkerOptions
+    from .request import Request
+    from .worker.worker import Worker
+
+__all__ = ["CONTRIBUTION_HOOKS", "OBSERVER_HOOKS", "PROJECT", "hookimpl", "hookspec"]
 
 PROJECT = "worker"
 
@@ -26,12 +52,13 @@ PROJECT = "worker"
 #: the ones that declare a return value have only a docstring (hence ``type: ignore[empty-body]``).
 hookspec = pluggy.HookspecMarker(PROJECT)
 
-#: Marks a hook implementation in a plugin: ``@hookimpl def worker_bootsteps(blueprint): ...``
+#: Marks a hook implementation: ``@hookimpl def worker_bootsteps(blueprint): ...``, with pluggy's
+#: options (``@hookimpl(tryfirst=True)``, ``@hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 
 # ---------------------------------------------------------------------------------------------
-# Contribution: bootsteps and options
+# Contribution and validation (errors stop the command)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -40,11 +67,11 @@ def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:  # type: ignore[emp
     """Contribute bootsteps to a blueprint.
 
     Called once per blueprint when the worker (or ``workerctl steps``) resolves the graph, before
-    anything starts.
+    anything starts, in the main process.
 
     :param blueprint: ``"worker"`` for the worker-level blueprint (Timer, Hub, Pool, Autoscaler,
-        Consumer) or ``"consumer"`` for the consumer-level blueprint (Connection, Control, Tasks,
-        event loop), which is restarted after every lost connection.
+        Consumer) or ``"consumer"`` for the consumer-level blueprint (Connection, Failback,
+        Events, Heart, Tasks, Control, event loop), which is restarted after every lost connection.
     :return: the steps this plugin adds to that blueprint (an empty sequence for none). Steps name
         the steps they need in ``requires`` (hard) or ``after`` (ordering only); the names may
         belong to any plugin and are checked before anything starts.
@@ -53,10 +80,11 @@ def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:  # type: ignore[emp
 
 @hookspec
 def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
-    """Declare options of this plugin.
+    """Declare this plugin's options.
 
-    Called when ``workerctl worker`` or ``workerctl steps`` builds its command line, so the
-    options appear in ``--help``. Each option's value is the first of:
+    Called when ``workerctl worker`` or ``workerctl steps`` builds its command line, in the
+    ``workerctl`` process, so the options appear in ``--help``. Each option's value is the first
+    of:
 
     1. its flag on the command line: ``--liveness-file /tmp/alive``;
     2. the variable ``WORKER_<NAME>``, the option's name upper-cased:
@@ -75,8 +103,8 @@ def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
     plugin declares stops it too, listing the declared names. An option named after a setting
     (whose variable would be that setting's) is refused.
 
-    :return: option specifications. Their values are in ``WorkerOptions.extra`` under each
-        option's name.
+    :return: option specifications. Each option's value ends up in ``WorkerOptions.extra`` under
+        its name.
     """
 
 
@@ -84,11 +112,24 @@ def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
 def worker_validate_options(options: WorkerOptions) -> None:
     """Check the fully parsed options before anything starts.
 
-    Called after the command line, settings and environment are merged, before the bootstep
-    graph is resolved.
+    Called in the main process after the command line, settings and environment are merged,
+    before the bootstep graph is resolved (``workerctl steps`` too).
 
     :param options: the parsed, frozen worker options.
     :raise ConfigurationError: with a message naming the option, the value received and the fix.
+    """
+
+
+@hookspec
+def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
+    """Contribute remote-control commands (``workerctl control NAME``).
+
+    Called in the main process before the worker starts (the allow-list is checked against
+    them) and when the Control step starts; the handlers run in the loop thread.
+
+    :return: a mapping of command name to a callable ``handler(worker, **arguments) -> reply``.
+        Names must not collide with another plugin's or with ``inspect``/``control``; a
+        collision is an error naming both.
     """
 
 
@@ -98,18 +139,21 @@ def worker_validate_options(options: WorkerOptions) -> None:
 
 
 @hookspec
-def worker_init(worker: Any) -> None:
-    """The worker object exists and its options are final; no step has started yet."""
+def worker_init(worker: Worker) -> None:
+    """The worker object exists and its options are final; no step has started yet.
+
+    Main process, main thread.
+    """
 
 
 @hookspec
-def worker_ready(worker: Any) -> None:
-    """Every step has started and the consumer is taking messages."""
+def worker_ready(worker: Worker) -> None:
+    """Every step has started and the consumer takes messages. Main process, loop thread."""
 
 
 @hookspec
-def worker_shutdown(worker: Any, how: str) -> None:
-    """The worker is stopping.
+def worker_shutdown(worker: Worker, how: str) -> None:
+    """The worker is stopping; its steps stop next. Main process, main thread.
 
     :param how: ``"warm"`` (running tasks finish) or ``"cold"`` (running tasks are abandoned and
         their messages given back to the broker when they are not acknowledged yet).
@@ -118,48 +162,65 @@ def worker_shutdown(worker: Any, how: str) -> None:
 
 @hookspec
 def worker_process_init(pid: int) -> None:
-    """A pool process or thread was started and is about to take jobs.
+    """An executor is about to take its first job: open per-process resources here (database
+    connections, tracer providers).
 
-    Called inside the new child process (prefork) or once per thread (threads pool). Use it to
-    open per-process resources such as database connections.
+    Called inside each new prefork child (after the fork, before its first job), in each new
+    thread of the threads pool (in that thread), and once in the main process when the solo
+    pool starts.
+
+    :param pid: the process the executor lives in.
+    """
+
+
+@hookspec
+def worker_process_shutdown(pid: int, exitcode: int) -> None:
+    """An executor takes no more jobs: close what :func:`worker_process_init` opened.
+
+    Called inside each prefork child as it exits (recycled after ``--max-tasks-per-child`` or
+    ``--max-memory-per-child``, shrunk, or the pool stopping), in each thread of the threads pool
+    as it ends, and in the main process when the solo pool stops. Not called for a process that
+    was killed (by a signal, a hard time limit or ``terminate``).
+
+    :param exitcode: the exit status the process ends with (0 for a thread or the solo pool).
     """
 
 
 # ---------------------------------------------------------------------------------------------
-# Task events (observers), in the order they happen to one message
+# Task events in the worker (observers, main process, loop thread), in the order they happen
 # ---------------------------------------------------------------------------------------------
 
 
 @hookspec
-def task_received(request: Any) -> None:
+def task_received(request: Request) -> None:
     """A task message was decoded and accepted for this worker (it may wait for its ETA)."""
 
 
 @hookspec
-def task_started(request: Any, pid: int) -> None:
+def task_started(request: Request, pid: int) -> None:
     """An executor picked the task up; ``pid`` is the process that runs it."""
 
 
 @hookspec
-def task_succeeded(request: Any, runtime: float, result: str | None) -> None:
+def task_succeeded(request: Request, runtime: float, result: str | None) -> None:
     """The task returned normally after ``runtime`` seconds; ``result`` is the repr of what it
-    returned, when the worker logs it (level INFO) or sends task events, else None."""
+    returned (while someone implements this hook or the worker logs at INFO), else None."""
 
 
 @hookspec
-def task_failed(request: Any, exc_type: str, exc_message: str, runtime: float, exception: str,
+def task_failed(request: Request, exc_type: str, exc_message: str, runtime: float, exception: str,
                 traceback: str) -> None:
     """The task raised, timed out, or lost its process; ``exception`` is the exception's repr,
     ``traceback`` the task's own (empty when it did not raise)."""
 
 
 @hookspec
-def task_retried(request: Any, reason: str) -> None:
+def task_retried(request: Request, reason: str) -> None:
     """The task asked to be retried; a new message was published."""
 
 
 @hookspec
-def task_rejected(request: Any, reason: str, requeue: bool) -> None:
+def task_rejected(request: Request | None, reason: str, requeue: bool) -> None:
     """A message was rejected: malformed, unknown task, refused content, or ``Reject`` raised.
 
     ``request`` is ``None`` when the message could not be decoded far enough to build one.
@@ -167,19 +228,81 @@ def task_rejected(request: Any, reason: str, requeue: bool) -> None:
 
 
 @hookspec
-def task_revoked(request: Any, reason: str) -> None:
+def task_revoked(request: Request, reason: str) -> None:
     """The task will not run: it expired before it started, or was revoked."""
 
 
 # ---------------------------------------------------------------------------------------------
-# What slots need from their neighbours
+# Where the task runs (observers, in the executor's process and thread), with Celery's names
 # ---------------------------------------------------------------------------------------------
 
 
 @hookspec
-def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
-    """Contribute remote-control commands (``workerctl control NAME``).
+def task_prerun(task_id: str, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any],
+                request: TaskContext) -> None:
+    """The task is about to run, in the executor that runs it (``task.request`` is set)."""
 
-    :return: a mapping of command name to a callable ``handler(worker, **arguments) -> reply``.
-        Names must not collide with another plugin's; a collision is an error naming both.
+
+@hookspec
+def task_postrun(task_id: str, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 retval: Any, state: str, request: TaskContext) -> None:
+    """The task has run, whatever its outcome, in the executor that ran it.
+
+    :param retval: what it returned, or the exception it raised.
+    :param state: ``SUCCESS``, ``FAILURE``, ``RETRY``, ``IGNORED`` or ``REJECTED``.
     """
+
+
+@hookspec
+def task_success(task: Task, task_id: str, result: Any, request: TaskContext) -> None:
+    """The task returned ``result``, in the executor that ran it (before its result is stored)."""
+
+
+@hookspec
+def task_failure(task: Task, task_id: str, exception: BaseException, args: Sequence[Any],
+                 kwargs: Mapping[str, Any], traceback: TracebackType | None,
+                 request: TaskContext) -> None:
+    """The task raised ``exception`` (the exception object, and its traceback object), in the
+    executor that ran it. Time limits and lost processes are reported in the main process
+    (:func:`task_failed`): the executor is gone then."""
+
+
+@hookspec
+def task_retry(task: Task, task_id: str, request: TaskContext, reason: BaseException,
+               traceback: TracebackType | None) -> None:
+    """The task asked to be retried (a new message was sent), in the executor that ran it.
+
+    :param reason: the exception that caused the retry (``exc=``), or the ``Retry`` itself.
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Sending tasks (observers, in the client process and thread that sends)
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def before_task_publish(name: str, body: Any, exchange: str, routing_key: str, headers: dict[str, Any],
+                        properties: dict[str, Any], declare: list[Any],
+                        retry_policy: Mapping[str, Any]) -> None:
+    """A task message is about to be published. ``headers`` and ``properties`` may be changed in
+    place (to carry a trace context, say); what they hold then is what is sent."""
+
+
+@hookspec
+def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
+                       headers: Mapping[str, Any]) -> None:
+    """A task message was handed to the broker (``headers["id"]`` is the task's id)."""
+
+
+#: hooks whose implementations are isolated from one another (see the module's docstring)
+OBSERVER_HOOKS = frozenset({
+    "worker_init", "worker_ready", "worker_shutdown", "worker_process_init", "worker_process_shutdown",
+    "task_received", "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected",
+    "task_revoked", "task_prerun", "task_postrun", "task_success", "task_failure", "task_retry",
+    "before_task_publish", "after_task_publish",
+})
+#: hooks whose results are gathered with the plugin that returned each
+CONTRIBUTION_HOOKS = frozenset({
+    "worker_bootsteps", "worker_options", "worker_validate_options", "worker_control_commands",
+})

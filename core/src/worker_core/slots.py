@@ -76,6 +76,10 @@ class PoolOptions:
     scheduling: str = "fair"  # "fair": only idle executors get jobs; "fcfs": any executor
     #: Called once in every new process or thread before it takes jobs.
     initializer: Callable[[], None] | None = attrs.field(default=None, eq=False)
+    #: Called with its exit status in every process or thread that ends without being killed
+    #: (recycled, shrunk, the pool stopping), after its last job; the solo pool calls it with 0
+    #: when it stops.
+    finalizer: Callable[[int], None] | None = attrs.field(default=None, eq=False)
     #: Options declared by plugins (``WorkerOptions.extra``).
     extra: Mapping[str, Any] = attrs.field(factory=dict)
 

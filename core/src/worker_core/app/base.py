@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import types
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -11,6 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
 
 from ..exceptions import ConfigurationError, NotRegistered
+from ..hookspecs import hookimpl
 from ..options import did_you_mean, parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
@@ -96,6 +98,8 @@ class App:
         self.settings: Settings = settings_from(self._config_object, self._explicit)
         self.conf = Config(self)
         self._plugins: PluginManager | None = None
+        #: hooks registered by app code (``register_hooks``, ``@app.hook``), by name
+        self._hook_plugins: dict[str, object] = {}
         self._backend: ResultBackend | None = None
         self._backend_pid = 0
         self._local = threading.local()
@@ -270,20 +274,27 @@ class App:
         queue_name = self.route(name, queue)
         if not ignore:
             self.backend.on_task_call(task_id)
-        self._publish(message.body, queue_name, serializer or self.settings.task_serializer,
-                      headers=message.headers, priority=priority if priority is not None
+        self._publish(name, message.body, queue_name, serializer or self.settings.task_serializer,
+                      message.headers, priority=priority if priority is not None
                       else self.settings.task_default_priority,
                       expiration=message.expiration, **message.properties)
         return AsyncResult(task_id, self)
 
-    def _publish(self, body: Any, queue: str, serializer: str, **kwargs: Any) -> None:
+    def _publish(self, name: str, body: Any, queue: str, serializer: str, headers: dict[str, Any],
+                 **properties: Any) -> None:
         state = self._local
         if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
             state.connection, state.producer = connect_for_publishing(self)
             state.pid = os.getpid()
             state.declared = set()
         declare = [] if queue in state.declared else [task_queue(queue, self.settings)]
-        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        hooks = self.plugins.hooks
+        if "before_task_publish" in hooks.implemented:
+            hooks.caller("before_task_publish")(name=name, body=body, exchange="", routing_key=queue,
+                                                headers=headers, properties=properties, declare=declare,
+                                                retry_policy=PUBLISH_RETRY_POLICY)
+        message = body
+        kwargs = {k: v for k, v in properties.items() if v is not None}
         if serializer == "json":
             # kombu's JSON, on the C encoder when the values allow it
             kwargs.update(content_type="application/json", content_encoding="utf-8")
@@ -295,11 +306,52 @@ class App:
         else:
             kwargs["serializer"] = serializer
         state.producer.publish(
-            body, exchange="", routing_key=queue, delivery_mode=2,
+            body, exchange="", routing_key=queue, delivery_mode=2, headers=headers,
             declare=declare, retry=self.settings.task_publish_retry,
             retry_policy=PUBLISH_RETRY_POLICY, **kwargs,
         )
         state.declared.add(queue)
+        if "after_task_publish" in hooks.implemented:
+            hooks.caller("after_task_publish")(name=name, body=message, exchange="", routing_key=queue,
+                                               headers=headers)
+
+    # -- hooks of app code ---------------------------------------------------------------------------
+
+    def register_hooks(self, plugin: object, name: str | None = None) -> str:
+        """Implement hooks (:mod:`worker_core.hookspecs`) from app code, as Celery users connect
+        signals: ``plugin`` is a module or object whose functions are marked ``@hookimpl``. They
+        run in this process (the publish hooks) and in every worker of this app (the others).
+        Returns the name they are registered under (``app:<module or class>`` by default).
+        """
+        if name is None:
+            name = f"app:{getattr(plugin, '__name__', None) or type(plugin).__qualname__}"
+        self.plugins.register(plugin, name)
+        self._hook_plugins[name] = plugin
+        return name
+
+    def unregister_hooks(self, name: str) -> None:
+        """Take out the hooks registered under ``name``."""
+        self._hook_plugins.pop(name, None)
+        self.plugins.unregister(name)
+
+    def hook(self, function: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+        """Implement one hook with one function named after it: ``@app.hook`` or
+        ``@app.hook(tryfirst=True)`` above ``def task_prerun(task_id, task): ...``."""
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            marked = hookimpl(**options)(fn)
+            self.register_hooks(types.SimpleNamespace(**{fn.__name__: marked}),
+                                name=f"app:{fn.__module__}.{fn.__qualname__}")
+            return fn
+
+        return register(function) if function is not None else register
+
+    def use_plugins(self, plugins: PluginManager) -> None:
+        """Use ``plugins`` (a worker's: the installed plugins) from now on, with the hooks
+        registered on this app added to it."""
+        for name, plugin in self._hook_plugins.items():
+            if not plugins.has_plugin(name):
+                plugins.register(plugin, name)
+        self._plugins = plugins
 
     # -- signing -----------------------------------------------------------------------------------
 

@@ -46,10 +46,8 @@ class Consumer:
         self.log_info = logger.isEnabledFor(logging.INFO) or logging.getLogger("worker.request").isEnabledFor(
             logging.INFO
         )
-        #: whether the pool reports a successful task's return value (its repr)
-        self.result_reprs = self.log_info
-        #: the event dispatcher (the events plugin's Events step), None without one
-        self.events: Any = None
+        #: observer hooks (:mod:`worker_core.hookspecs`): called if anyone implements them
+        self.notify = worker.notify
         self.inbox = Inbox()
         self.broker = BrokerConnection(self)
         self.tasks = TaskConsumer(self)
@@ -58,12 +56,16 @@ class Consumer:
         self.on_message = make_handler(self)
         self.restart_count = 0
         self._ready_once = False
-        if not worker.observes_tasks:
-            self.notify = self._notify_nobody  # type: ignore[method-assign]
 
     @property
     def connection(self) -> Connection | None:
         return self.broker.connection
+
+    @property
+    def result_reprs(self) -> bool:
+        """Whether the pool reports a successful task's return value (its repr): for the log at
+        INFO, and for whoever observes ``task_succeeded`` (task events)."""
+        return self.log_info or self.worker.implements("task_succeeded")
 
     # -- lifecycle: run the blueprint, restart it after a lost connection -----------------------
 
@@ -162,14 +164,6 @@ class Consumer:
 
     def update_qos(self) -> None:
         self.tasks.update_qos()
-
-    # -- what requests and commands use ------------------------------------------------------------
-
-    def notify(self, hook: str, **kwargs: Any) -> None:
-        self.worker.notify(hook, **kwargs)
-
-    def _notify_nobody(self, hook: str, **kwargs: Any) -> None:
-        """Stands in for :meth:`notify` when no plugin observes tasks."""
 
     def info(self) -> dict[str, Any]:
         current = self.broker.current

@@ -360,13 +360,12 @@ def time_limit(worker: Worker, task_name: Any = None, soft: Any = None, hard: An
 
 
 def _events_switch(worker: Worker, on: bool) -> dict[str, str]:
-    from ..events.plugin import disable_task_events, enable_task_events
+    from ..events.plugin import disable_task_events, dispatcher, enable_task_events
 
-    consumer = worker.consumer
-    if consumer is None or consumer.events is None:
+    if dispatcher(worker) is None:
         return nok("event dispatcher unavailable")
     state = "enabled" if on else "disabled"
-    if not (enable_task_events if on else disable_task_events)(consumer):
+    if not (enable_task_events if on else disable_task_events)(worker):
         return ok(f"task events already {state}")
     logger.info("Events of group {task} %s by remote.", state)
     return ok(f"task events {state}")

@@ -5,8 +5,11 @@
   such as Flower count a worker as online while its heartbeats arrive.
 - **Task events** (``task-received``, ``-started``, ``-succeeded``, ``-failed``, ``-retried``,
   ``-rejected``, ``-revoked``) are sent with ``-E``/``--task-events`` or
-  ``worker_send_task_events``, or once a monitor asks with ``enable_events``. They ride on the
-  worker's observer hooks only while on, so a worker without them pays nothing per task.
+  ``worker_send_task_events``, or once a monitor asks with ``enable_events``: a
+  :class:`TaskEvents` plugin implementing the task hooks is registered while they are on, so a
+  worker without them calls no hook per task for them.
+
+The dispatcher lives in the worker's stash under :data:`DISPATCHER`.
 """
 
 from __future__ import annotations
@@ -14,21 +17,28 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Condition, Step
 from ..hookspecs import hookimpl
 from ..options import OptionSpec
 from ..protocol import safe_repr, to_iso
+from ..stash import StashKey
 from .dispatcher import EventDispatcher
 
 if TYPE_CHECKING:
     from ..consumer.consumer import Consumer
     from ..options import WorkerOptions
     from ..request import Request
+    from ..worker.worker import Worker
 
-__all__ = ["EventsStep", "HeartStep", "task_events_enabled"]
+__all__ = ["DISPATCHER", "EventsStep", "HeartStep", "TaskEvents", "disable_task_events", "dispatcher",
+           "enable_task_events", "send_heartbeat", "task_events_enabled"]
+
+#: the worker's event dispatcher, while the Events step runs
+DISPATCHER = StashKey[EventDispatcher]()
+#: the name the task events plugin is registered under while task events are on
+TASK_EVENTS_PLUGIN = "task-events"
 
 logger = logging.getLogger("worker.events")
 
@@ -68,6 +78,11 @@ def task_events_enabled(consumer: Consumer) -> bool:
     return bool(consumer.options.extra.get("task_events") or consumer.app.settings.worker_send_task_events)
 
 
+def dispatcher(worker: Worker) -> EventDispatcher | None:
+    """The worker's event dispatcher, None while the Events step does not run."""
+    return worker.stash.get(DISPATCHER, None)
+
+
 class EventsStep(Step["Consumer"]):
     """Opens the event channel; with task events on, sends one event per task hook."""
 
@@ -82,16 +97,19 @@ class EventsStep(Step["Consumer"]):
     def start(self, consumer: Consumer) -> None:
         connection = consumer.broker.connection
         assert connection is not None
-        consumer.events = EventDispatcher(connection, consumer.hostname,
-                                          task_events=task_events_enabled(consumer))
-        if consumer.events.task_events:
-            enable_task_events(consumer)
+        worker = consumer.worker
+        events = worker.stash[DISPATCHER] = EventDispatcher(connection, consumer.hostname,
+                                                            task_events=task_events_enabled(consumer))
+        if events.task_events:
+            enable_task_events(worker)
 
     def stop(self, consumer: Consumer) -> None:
-        disable_task_events(consumer)
-        if consumer.events is not None:
-            consumer.events.close()
-            consumer.events = None
+        worker = consumer.worker
+        disable_task_events(worker)
+        events = dispatcher(worker)
+        if events is not None:
+            events.close()
+            del worker.stash[DISPATCHER]
 
 
 class HeartStep(Step["Consumer"]):
@@ -130,13 +148,14 @@ def heartbeat_interval(options: WorkerOptions) -> float:
 def send_heartbeat(consumer: Consumer, kind: str) -> None:
     from .. import __version__
 
-    if consumer.events is None:
+    events = dispatcher(consumer.worker)
+    if events is None:
         return
     reservations = consumer.reservations
-    consumer.events.send(kind, freq=heartbeat_interval(consumer.options), active=len(reservations.active),
-                         processed=sum(reservations.totals.values()),
-                         loadavg=[round(load, 2) for load in os.getloadavg()], sw_ident="py-worker",
-                         sw_ver=__version__, sw_sys=SYSTEM)
+    events.send(kind, freq=heartbeat_interval(consumer.options), active=len(reservations.active),
+                processed=sum(reservations.totals.values()),
+                loadavg=[round(load, 2) for load in os.getloadavg()], sw_ident="py-worker",
+                sw_ver=__version__, sw_sys=SYSTEM)
 
 
 # -- task events ------------------------------------------------------------------------------
@@ -154,54 +173,65 @@ def _received(request: Request) -> dict[str, Any]:
             "expires": to_iso(envelope.expires) if envelope.expires else None}
 
 
-#: hook -> (event type, the event's fields from the hook's arguments)
-TASK_EVENTS: dict[str, tuple[str, Callable[..., dict[str, Any]]]] = {
-    "task_received": ("task-received", lambda request, **_: _received(request)),
-    "task_started": ("task-started", lambda request, pid, **_: {"pid": pid}),
-    "task_succeeded": ("task-succeeded", lambda request, runtime, result=None, **_: {
-        "result": result, "runtime": runtime}),
-    "task_failed": ("task-failed", lambda request, exception, traceback, **_: {
-        "exception": exception, "traceback": traceback}),
-    "task_retried": ("task-retried", lambda request, reason, **_: {"exception": reason, "traceback": ""}),
-    "task_rejected": ("task-rejected", lambda request, requeue, **_: {"requeue": requeue}),
-    "task_revoked": ("task-revoked", lambda request, reason, **_: {
-        "terminated": reason == "terminated", "signum": None, "expired": reason == "expired"}),
-}
+class TaskEvents:
+    """The task hooks, each sending its event (registered while task events are on)."""
+
+    def __init__(self, events: EventDispatcher) -> None:
+        self.events = events
+
+    def _send(self, kind: str, request: Request, **fields: Any) -> None:
+        try:
+            self.events.send(kind, uuid=request.id, **fields)
+        except Exception:
+            logger.exception("Could not send the %s event for %s", kind, request.label)
+
+    @hookimpl
+    def task_received(self, request: Request) -> None:
+        self._send("task-received", request, **_received(request))
+
+    @hookimpl
+    def task_started(self, request: Request, pid: int) -> None:
+        self._send("task-started", request, pid=pid)
+
+    @hookimpl
+    def task_succeeded(self, request: Request, runtime: float, result: str | None) -> None:
+        self._send("task-succeeded", request, result=result, runtime=runtime)
+
+    @hookimpl
+    def task_failed(self, request: Request, exception: str, traceback: str) -> None:
+        self._send("task-failed", request, exception=exception, traceback=traceback)
+
+    @hookimpl
+    def task_retried(self, request: Request, reason: str) -> None:
+        self._send("task-retried", request, exception=reason, traceback="")
+
+    @hookimpl
+    def task_rejected(self, request: Request | None, requeue: bool) -> None:
+        if request is not None:
+            self._send("task-rejected", request, requeue=requeue)
+
+    @hookimpl
+    def task_revoked(self, request: Request, reason: str) -> None:
+        self._send("task-revoked", request, terminated=reason == "terminated", signum=None,
+                   expired=reason == "expired")
 
 
-def enable_task_events(consumer: Consumer) -> bool:
-    """Send task events from now on; False if they were on already."""
-    events = consumer.events
-    if events is None or getattr(consumer.notify, "sends_task_events", False):
+def enable_task_events(worker: Worker) -> bool:
+    """Send task events from now on; False if they were on already, or cannot be (no Events)."""
+    events = dispatcher(worker)
+    if events is None or worker.plugins.has_plugin(TASK_EVENTS_PLUGIN):
         return False
     events.task_events = True
-    inner = consumer.notify
-    consumer.result_reprs = True
-
-    def notify(hook: str, **kwargs: Any) -> None:
-        found = TASK_EVENTS.get(hook)
-        request = kwargs.get("request")
-        if found is not None and request is not None and consumer.events is not None:
-            kind, fields = found
-            try:
-                consumer.events.send(kind, uuid=request.id, **fields(**kwargs))
-            except Exception:
-                logger.exception("Could not build the %s event for %s", kind, request.label)
-        inner(hook, **kwargs)
-
-    notify.sends_task_events = True  # type: ignore[attr-defined]
-    notify.inner = inner  # type: ignore[attr-defined]
-    consumer.notify = notify  # type: ignore[method-assign]
+    worker.plugins.register(TaskEvents(events), TASK_EVENTS_PLUGIN)
     return True
 
 
-def disable_task_events(consumer: Consumer) -> bool:
+def disable_task_events(worker: Worker) -> bool:
     """Stop sending task events; False if they were off already."""
-    notify = consumer.notify
-    if consumer.events is not None:
-        consumer.events.task_events = False
-    if not getattr(notify, "sends_task_events", False):
+    events = dispatcher(worker)
+    if events is not None:
+        events.task_events = False
+    if not worker.plugins.has_plugin(TASK_EVENTS_PLUGIN):
         return False
-    consumer.notify = notify.inner  # type: ignore[attr-defined,method-assign]
-    consumer.result_reprs = consumer.log_info
+    worker.plugins.unregister(TASK_EVENTS_PLUGIN)
     return True

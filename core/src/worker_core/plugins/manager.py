@@ -15,7 +15,6 @@ from .. import hookspecs
 from ..bootsteps.graph import Provider
 from ..bootsteps.step import Step
 from ..exceptions import (
-    ConfigurationError,
     PluginBlockedError,
     PluginConflictError,
     PluginError,
@@ -35,6 +34,7 @@ from .entrypoints import (
     distribution_of,
     list_entries,
 )
+from .hooks import Hooks
 
 __all__ = ["DEFAULT_POOLS", "ESSENTIAL", "PluginManager", "PluginStatus"]
 
@@ -87,6 +87,8 @@ class PluginManager:
     def __init__(self, blocked: Iterable[str] | Mapping[str, str] = (), *, autoload: bool = True) -> None:
         self._pm = pluggy.PluginManager(hookspecs.PROJECT)
         self._pm.add_hookspecs(hookspecs)
+        #: calling hooks through pluggy (observers isolated, contributions attributed)
+        self.hooks = Hooks(self._pm, describe=self.provider)
         self._entries: dict[str, list[PluginEntry]] = {}
         self._failed: dict[PluginEntry, str] = {}
         self._loaded_slots: dict[tuple[str, str], object] = {}
@@ -185,27 +187,36 @@ class PluginManager:
             self._failed[entry] = str(exc)
 
     def register(self, plugin: object, name: str, *, entry: PluginEntry | None = None) -> None:
-        """Register a hook plugin object (entry points use this too; tests may call it)."""
+        """Register a hook plugin object: an entry point's, one app code registers
+        (``app.register_hooks``), or one a plugin adds while the worker runs."""
         try:
-            self._pm.register(plugin, name=name)
+            registered = self.hooks.register(plugin, name)
         except pluggy.PluginValidationError as exc:
             raise PluginLoadError(f"failed to register: {exc}") from None
         except ValueError as exc:
             raise PluginConflictError(f"plugin name {name!r} is already registered: {exc}") from None
         unknown = [
             caller.name
-            for caller in self._pm.get_hookcallers(plugin) or ()
+            for caller in self._pm.get_hookcallers(registered) or ()
             if not caller.has_spec()
         ]
         if unknown:
-            self._pm.unregister(plugin)
+            self.hooks.unregister(name)
             hook = unknown[0]
-            known = [n for n in dir(hookspecs) if n.startswith(("worker_", "task_"))]
+            known = [n for n in dir(hookspecs) if n.startswith(("worker_", "task_", "before_", "after_"))]
             raise PluginLoadError(
                 f"implements hook {hook!r}, which does not exist.{did_you_mean(hook, known)} "
                 f"Hooks are listed in worker_core.hookspecs"
             )
         self._registered[name] = entry
+
+    def unregister(self, name: str) -> None:
+        """Take a registered hook plugin out (its hooks are no longer called)."""
+        self.hooks.unregister(name)
+        self._registered.pop(name, None)
+
+    def has_plugin(self, name: str) -> bool:
+        return self._pm.has_plugin(name)
 
     def require_plugin(self, name: str) -> None:
         """Raise the clear error for a hook plugin the command cannot do without."""
@@ -236,29 +247,15 @@ class PluginManager:
 
     def impls(self, hook_name: str) -> list[pluggy.HookImpl]:
         """Implementations of a hook in registration order (core plugins first)."""
-        return list(getattr(self._pm.hook, hook_name).get_hookimpls())
+        return self.hooks.impls(hook_name)
 
     def collect(self, hook_name: str, **kwargs: Any) -> list[tuple[Any, Provider]]:
-        """Call a contribution hook plugin by plugin, keeping who returned what.
+        """Call a contribution hook through pluggy, keeping who returned what.
 
-        An error inside a plugin propagates as :class:`PluginError` naming the plugin.
+        An error inside a plugin propagates as :class:`PluginError` naming the plugin (a
+        ``ConfigurationError`` stays one, with the plugin named).
         """
-        results = []
-        for impl in self.impls(hook_name):
-            try:
-                result = impl.function(*(kwargs[arg] for arg in impl.argnames))
-            except PluginError:
-                raise
-            except ConfigurationError as exc:
-                raise ConfigurationError(
-                    f"{exc} (reported by plugin {self.provider(impl.plugin_name)})"
-                ) from exc
-            except Exception as exc:
-                raise PluginError(
-                    f"plugin {self.provider(impl.plugin_name)} failed in {hook_name}: {_describe_error(exc)}"
-                ) from exc
-            results.append((result, self.provider(impl.plugin_name)))
-        return results
+        return [(result, self.provider(name)) for result, name in self.hooks.collect(hook_name, **kwargs)]
 
     def bootsteps(self, blueprint: str) -> tuple[list[Step[Any]], list[Provider]]:
         """Every step contributed to a blueprint, with the plugin that contributed it."""
@@ -284,12 +281,9 @@ class PluginManager:
         return steps, providers
 
     def notify(self, hook_name: str, **kwargs: Any) -> None:
-        """Call an observer hook; an error in one plugin is logged and the others still run."""
-        for impl in self.impls(hook_name):
-            try:
-                impl.function(*(kwargs[arg] for arg in impl.argnames))
-            except Exception:
-                logger.exception("plugin %s raised in %s; carrying on", impl.plugin_name, hook_name)
+        """Call an observer hook through pluggy; an error in one plugin is logged and the others
+        still run."""
+        self.hooks.notify(hook_name, **kwargs)
 
     # -- slots ---------------------------------------------------------------------------------
 

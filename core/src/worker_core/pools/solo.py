@@ -70,6 +70,8 @@ class SoloPool:
         self._started = True
 
     def stop(self) -> None:
+        if not self._closed and self._started and self.options.finalizer is not None:
+            self.options.finalizer(0)
         self._closed = True
 
     def terminate(self) -> None:

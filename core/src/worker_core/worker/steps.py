@@ -82,6 +82,7 @@ class PoolStep(Step["Worker"]):
             max_memory_per_child=options.max_memory_per_child,
             scheduling=options.scheduling,
             initializer=execution.process_initializer,
+            finalizer=execution.process_finalizer,
             extra=options.extra,
         )
         pool_cls.check_options(pool_options)

@@ -12,6 +12,7 @@ from .. import execution
 from ..bootsteps import Blueprint
 from ..exceptions import ConfigurationError
 from ..revoked import RevokedIds
+from ..stash import Stash
 
 if TYPE_CHECKING:
     from kombu.asynchronous import Hub
@@ -28,12 +29,6 @@ __all__ = ["Worker"]
 
 logger = logging.getLogger("worker")
 
-OBSERVER_HOOKS = (
-    "worker_init", "worker_ready", "worker_shutdown", "worker_process_init", "task_received",
-    "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected", "task_revoked",
-)
-
-
 def _warn_about_unsafe_content(accept_content: tuple[str, ...]) -> None:
     if {"pickle", "application/x-python-serialize"} & set(accept_content):
         logger.warning(
@@ -47,7 +42,8 @@ def _warn_about_unsafe_content(accept_content: tuple[str, ...]) -> None:
 class Worker:
     """Runs the worker blueprint for one app and one plan.
 
-    Steps fill the declared slots below as they start (no other attributes are added).
+    Steps fill the declared slots below as they start (no other attributes are added); a plugin
+    keeps its own state in :attr:`stash`, under a key of its own.
     """
 
     def __init__(self, app: App, plan: Plan, plugins: PluginManager) -> None:
@@ -77,15 +73,17 @@ class Worker:
         self.ready = False
         self.started_at = time.monotonic()
         self.blueprint: Blueprint[Worker] = Blueprint(plan.graph("worker"))
-        # Observer hooks nobody implements cost nothing on the per-task path.
-        self._observed = frozenset(name for name in OBSERVER_HOOKS if plugins.impls(name))
-        self.observes_tasks = any(name.startswith("task_") for name in self._observed)
+        #: plugins' state, each under a key of its own (:class:`~worker_core.stash.StashKey`)
+        self.stash = Stash()
+        # The hooks someone implements, kept current by the plugin manager as plugins come and go:
+        # a hook nobody implements costs a set lookup on the per-task path.
+        self._implemented = plugins.hooks.implemented
 
     # -- running -----------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start every step; returns once the worker has stopped (warm or cold)."""
-        execution.install(self.app, self._process_init)
+        execution.install(self.app, self.plugins.hooks)
         _warn_about_unsafe_content(self.app.settings.accept_content)
         if self.options.statedb:
             try:
@@ -161,11 +159,13 @@ class Worker:
     # -- hooks -------------------------------------------------------------------------------
 
     def notify(self, hook: str, **kwargs: Any) -> None:
-        if hook in self._observed:
-            self.plugins.notify(hook, **kwargs)
+        """Call an observer hook (see :mod:`worker_core.hookspecs`), if anyone implements it."""
+        if hook in self._implemented:
+            self.plugins.hooks.caller(hook)(**kwargs)
 
-    def _process_init(self, pid: int) -> None:
-        self.notify("worker_process_init", pid=pid)
+    def implements(self, hook: str) -> bool:
+        """Whether a registered plugin implements ``hook`` now."""
+        return hook in self._implemented
 
     # -- remote control --------------------------------------------------------------------------
 

@@ -105,7 +105,8 @@ class Child:
 
 
 def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializer: Callable[[], None] | None,
-               max_tasks: int | None, max_memory_kib: int | None, batch: bool) -> Child:
+               max_tasks: int | None, max_memory_kib: int | None, batch: bool,
+               finalizer: Callable[[int], None] | None = None) -> Child:
     """Fork ``ForkPoolWorker-<number>`` with its own job and result pipes.
 
     ``inherited`` are the parent-side fds of the other children, which the new child closes.
@@ -121,7 +122,7 @@ def fork_child(context: Any, number: int, *, inherited: Sequence[int], initializ
         os.set_blocking(job_w, False)
         os.set_blocking(result_r, False)
         config = ChildConfig(name, os.getpid(), job_r, result_w, [*inherited, job_w, result_r], slot,
-                             claims, initializer, max_tasks, max_memory_kib, batch)
+                             claims, initializer, max_tasks, max_memory_kib, batch, finalizer)
         process = context.Process(target=child_main, args=(config,), name=name)
         process.daemon = True
         process.start()

@@ -80,7 +80,8 @@ class Supervisor:
         self.number += 1
         inherited = [fd for other in engine.children for fd in (other.job_fd, other.result_fd)]
         child = fork_child(self._context, self.number, inherited=inherited,
-                           initializer=engine.options.initializer, max_tasks=engine.max_tasks,
+                           initializer=engine.options.initializer, finalizer=engine.options.finalizer,
+                           max_tasks=engine.max_tasks,
                            max_memory_kib=engine.options.max_memory_per_child,
                            batch=engine.options.extra.get("child_scheduler", "batch") == "batch")
         self.forks += 1

@@ -8,6 +8,7 @@ it until the parent reads.
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import traceback
@@ -20,6 +21,8 @@ from . import frames
 from .child_setup import SignalSlot, prepare_child
 from .claims import Claims
 from .memory import ResidentMemory
+
+logger = logging.getLogger("worker.pool")
 
 __all__ = ["EX_INIT_FAILED", "EX_PARENT_GONE", "ChildConfig", "child_main"]
 
@@ -45,6 +48,7 @@ class ChildConfig:
         "batch",
         "claims",
         "close_fds",
+        "finalizer",
         "initializer",
         "job_fd",
         "max_memory_kib",
@@ -57,7 +61,8 @@ class ChildConfig:
 
     def __init__(self, name: str, parent_pid: int, job_fd: int, result_fd: int, close_fds: Sequence[int],
                  slot: SignalSlot, claims: Claims, initializer: Callable[[], None] | None,
-                 max_tasks: int | None, max_memory_kib: int | None, batch: bool) -> None:
+                 max_tasks: int | None, max_memory_kib: int | None, batch: bool,
+                 finalizer: Callable[[int], None] | None = None) -> None:
         self.name = name
         self.parent_pid = parent_pid
         self.job_fd = job_fd
@@ -66,6 +71,7 @@ class ChildConfig:
         self.slot = slot
         self.claims = claims
         self.initializer = initializer
+        self.finalizer = finalizer
         self.max_tasks = max_tasks
         self.max_memory_kib = max_memory_kib
         #: run under SCHED_BATCH (``--child-scheduler``)
@@ -76,6 +82,14 @@ def child_main(config: ChildConfig) -> None:
     """The billiard ``Process`` target of every pool child."""
     prepare_child(config.parent_pid, config.slot, config.close_fds, batch=config.batch)
     _WorkLoop(config).run()
+    finalizer = config.finalizer
+    if finalizer is not None:
+        # The child ends as it should (retired, shrunk, the pool stopping): no process killed
+        # by a signal or a time limit gets here.
+        try:
+            finalizer(0)
+        except Exception:
+            logger.exception("prefork pool: the pool finalizer raised in %s pid:%s", config.name, os.getpid())
 
 
 class _WorkLoop:

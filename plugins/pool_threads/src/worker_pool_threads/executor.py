@@ -47,6 +47,17 @@ def _call(callback: Callable[..., object], *args: object) -> None:
 
 
 def run(pool: ThreadPool, me: Executor) -> None:
+    serve(pool, me)
+    finalizer = pool.options.finalizer
+    if me.ok and finalizer is not None:  # (a thread whose initializer failed never served)
+        try:
+            finalizer(0)
+        except Exception:
+            logger.exception("threads pool: the pool finalizer raised in %s", threading.current_thread().name)
+
+
+def serve(pool: ThreadPool, me: Executor) -> None:
+    """Run the initializer, then jobs until told to stop, to retire, or to be recycled."""
     initializer = pool.options.initializer
     if initializer is not None:
         try:
