@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from ..options import scheme_of
 from ..redaction import redact_url
+from ..slots import AcksSurviveReconnect
 from .connect import Connector
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ class BrokerConnection:
         url = self.connector.current
         if url is None:
             return False
-        transport = self.consumer.worker.plugins.slot("transport", scheme_of(url))
-        return bool(getattr(transport, "acks_survive_reconnect", False))
+        transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        return isinstance(transport, AcksSurviveReconnect) and transport.acks_survive_reconnect
 
     def connect(self) -> None:
         self.lost = False

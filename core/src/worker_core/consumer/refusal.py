@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DecodeError, ProtocolError
 from ..protocol import safe_repr
-from ..results.disabled import DisabledBackend
 from ..results.meta import FAILURE, encode_exception
+from ..slots import DiscardsResults
 
 if TYPE_CHECKING:
     from kombu.message import Message
@@ -84,7 +84,7 @@ def _fail_result(consumer: Consumer, message: Any, error: BaseException) -> None
     if task_id is None or (isinstance(headers, Mapping) and headers.get("ignore_result") is True):
         return
     backend = consumer.app.backend
-    if isinstance(backend, DisabledBackend):
+    if isinstance(backend, DiscardsResults) and backend.discards_results:
         return
     try:
         backend.store_result(task_id, encode_exception(error), FAILURE, None, {"task": name})

@@ -12,6 +12,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from ..protocol import utcnow
+from ..slots import SharesOneQueue, WithdrawsOneJob, WithdrawsQueuedJobs
 from .ratelimit import RateLimits
 
 if TYPE_CHECKING:
@@ -21,11 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["Reservations"]
 
 logger = logging.getLogger("worker.consumer")
-
-
-def _shares_queue(pool: Any) -> bool:
-    """Whether the pool's executors take jobs from one queue (no gate is needed then)."""
-    return bool(getattr(pool, "shared_queue", False))
 
 
 class Reservations:
@@ -50,6 +46,10 @@ class Reservations:
         self.totals: collections.Counter[str] = collections.Counter()
         self.rate_limits = RateLimits(consumer.timer, self._reserve_now)
         self.rate_limits_enabled = not consumer.app.settings.worker_disable_rate_limits
+        pool = self.worker.pool
+        # Under fcfs, or when the executors take jobs from one queue, the pool gets every request
+        # at once; under fair scheduling otherwise, one per idle executor.
+        self._ungated = self.fcfs or (isinstance(pool, SharesOneQueue) and pool.shared_queue)
         self._dispatching = False
         #: no more dispatching: the worker stops, or leaves its broker, once the running end
         self.draining = False
@@ -116,7 +116,7 @@ class Reservations:
         """How many requests the pool may hold: every one under fcfs or with a shared queue, else
         one per executor (fair scheduling hands a job only to an idle one)."""
         pool = self.worker.pool
-        if self.fcfs or pool is None or _shares_queue(pool):
+        if self._ungated or pool is None:
             return math.inf
         return float(pool.num_processes)
 
@@ -193,12 +193,12 @@ class Reservations:
         return waiting + held + self._withdraw_from_pool(task_ids)
 
     def _withdraw_from_pool(self, task_ids: Collection[str]) -> list[Request]:
-        withdraw = getattr(self.worker.pool, "withdraw_job", None)
-        if withdraw is None:
+        pool = self.worker.pool
+        if not isinstance(pool, WithdrawsOneJob):
             return []
         taken = [request for request in self.reserved
                  if request.id in task_ids and request.pool_job is not None and request.worker_pid is None
-                 and not request.finished and withdraw(request.pool_job)]
+                 and not request.finished and pool.withdraw_job(request.pool_job)]
         for request in taken:
             request.discard("revoked")
             self.task_done(request)  # it left the pool
@@ -220,9 +220,9 @@ class Reservations:
         self.ready.clear()
         self.eta_held.clear()
         held += self.rate_limits.forget()
-        withdraw = getattr(self.worker.pool, "withdraw_queued", None)
-        if withdraw is not None:
-            held += withdraw()
+        pool = self.worker.pool
+        if isinstance(pool, WithdrawsQueuedJobs):
+            held += pool.withdraw_queued()
         return held
 
     def info(self) -> dict[str, Any]:

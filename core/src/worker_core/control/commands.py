@@ -20,8 +20,8 @@ from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
 from ..rates import parse_rate
 from ..redaction import redact_value
-from ..results.disabled import DisabledBackend
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
+from ..slots import DiscardsResults
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -280,7 +280,7 @@ def _mark_revoked(worker: Worker, ids: list[str]) -> None:
     """Store REVOKED for tasks this worker does not hold, unless they already have a result or
     another state set by whoever runs them (as Celery does), so their clients stop waiting."""
     backend = worker.app.backend
-    if not ids or isinstance(backend, DisabledBackend):
+    if not ids or (isinstance(backend, DiscardsResults) and backend.discards_results):
         return
     for task_id in ids:
         try:
