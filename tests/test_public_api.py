@@ -15,10 +15,14 @@ PUBLIC = [
     "AsyncResult",
     "Condition",
     "OptionSpec",
+    "Request",
     "ResultTimeout",
     "Settings",
+    "Stash",
+    "StashKey",
     "Step",
     "Task",
+    "Worker",
     "WorkerOptions",
     "hookimpl",
 ]
@@ -35,6 +39,7 @@ HOMES = {
     "ResultTimeout": "exceptions",
     "hookimpl": "hookspecs",
     "OptionSpec": "options", "WorkerOptions": "options",
+    "Request": "request", "Stash": "stash", "StashKey": "stash", "Worker": "worker.worker",
 }
 
 
@@ -69,3 +74,36 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
               "print('kombu' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+#: what each public module of the core and each plugin package exports
+MODULES = {
+    "worker_core.stash": ["Stash", "StashKey"],
+    "worker_pool_prefork": ["PreforkPool"],
+    "worker_pool_threads": ["ThreadPool"],
+    "worker_transport_amqp": ["AmqpTransport"],
+    "worker_transport_redis": ["RedisBackend", "RedisTransport"],
+    "worker_autoscale_backlog": ["BacklogAutoscaler"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_each_plugin_package_and_public_module_exports_its_pinned_names(module: str) -> None:
+    imported = importlib.import_module(module)
+    assert sorted(imported.__all__) == MODULES[module]
+    for name in imported.__all__:
+        assert getattr(imported, name) is not None
+
+
+def test_the_hook_specs_are_pinned() -> None:
+    from worker_core import hookspecs
+
+    specs = sorted(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "worker_spec"))
+    assert specs == sorted([
+        "after_task_publish", "before_task_publish", "task_failed", "task_failure", "task_postrun",
+        "task_prerun", "task_received", "task_rejected", "task_retried", "task_retry", "task_revoked",
+        "task_started", "task_succeeded", "task_success", "worker_bootsteps", "worker_control_commands",
+        "worker_init", "worker_options", "worker_process_init", "worker_process_shutdown", "worker_ready",
+        "worker_shutdown", "worker_validate_options",
+    ])
+    assert set(specs) == hookspecs.OBSERVER_HOOKS | hookspecs.CONTRIBUTION_HOOKS

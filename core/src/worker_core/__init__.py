@@ -1,4 +1,11 @@
-"""worker: a task-queue worker whose every moving part is a plugin."""
+"""worker: a task-queue worker whose every moving part is a plugin.
+
+The public API is what this package exports (:data:`__all__`) and the modules a plugin author
+works with: :mod:`worker_core.hookspecs` (every hook), :mod:`worker_core.slots` (every slot's
+interface and the optional capabilities), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`
+and :mod:`worker_core.testing` (the contract suites). Every other module is an implementation
+detail and may change without notice; their names are pinned by the test suite all the same.
+"""
 
 from typing import TYPE_CHECKING, Any
 
@@ -8,6 +15,9 @@ if TYPE_CHECKING:
     from .exceptions import ResultTimeout
     from .hookspecs import hookimpl
     from .options import OptionSpec, WorkerOptions
+    from .request import Request
+    from .stash import Stash, StashKey
+    from .worker.worker import Worker
 
 __version__ = "0.1.0"
 
@@ -16,10 +26,14 @@ __all__ = [
     "AsyncResult",
     "Condition",
     "OptionSpec",
+    "Request",
     "ResultTimeout",
     "Settings",
+    "Stash",
+    "StashKey",
     "Step",
     "Task",
+    "Worker",
     "WorkerOptions",
     "hookimpl",
 ]
@@ -33,6 +47,7 @@ _HOME = {
     "ResultTimeout": "exceptions",
     "hookimpl": "hookspecs",
     "OptionSpec": "options", "WorkerOptions": "options",
+    "Request": "request", "Stash": "stash", "StashKey": "stash", "Worker": "worker.worker",
 }
 
 
