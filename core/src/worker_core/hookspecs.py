@@ -26,6 +26,8 @@ Processes and threads: the **main process** is the one ``workerctl worker`` star
 an **executor**: a prefork child process, a pool thread, or the loop thread itself with the solo
 pool. A **client** is any process that sends tasks (the app's ``delay``/``apply_async``/
 ``send_task``, ``workerctl call``, a task that retries or sends another).
+
+One module by design: every hook is specified in one place a plugin author reads.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ def worker_bootsteps(blueprint: str) -> Sequence[Step[Any]]:  # type: ignore[emp
     :return: the steps this plugin adds to that blueprint (an empty sequence for none). Steps name
         the steps they need in ``requires`` (hard) or ``after`` (ordering only); the names may
         belong to any plugin and are checked before anything starts.
+
+    Not first-result: every plugin's result is gathered, with the plugin that returned it.
     """
 
 
@@ -105,6 +109,8 @@ def worker_options() -> Sequence[OptionSpec]:  # type: ignore[empty-body]
 
     :return: option specifications. Each option's value ends up in ``WorkerOptions.extra`` under
         its name.
+
+    Not first-result: every plugin's result is gathered, with the plugin that returned it.
     """
 
 
@@ -117,6 +123,8 @@ def worker_validate_options(options: WorkerOptions) -> None:
 
     :param options: the parsed, frozen worker options.
     :raise ConfigurationError: with a message naming the option, the value received and the fix.
+
+    Not first-result: every implementation is called; raising stops the command.
     """
 
 
@@ -130,6 +138,8 @@ def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
     :return: a mapping of command name to a callable ``handler(worker, **arguments) -> reply``.
         Names must not collide with another plugin's or with ``inspect``/``control``; a
         collision is an error naming both.
+
+    Not first-result: every plugin's result is gathered, with the plugin that returned it.
     """
 
 
@@ -143,12 +153,22 @@ def worker_init(worker: Worker) -> None:
     """The worker object exists and its options are final; no step has started yet.
 
     Main process, main thread.
+
+    :param worker: the :class:`~worker_core.worker.worker.Worker` (``options``, ``app``, ``stash``,
+        ``plugins``)
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
 @hookspec
 def worker_ready(worker: Worker) -> None:
-    """Every step has started and the consumer takes messages. Main process, loop thread."""
+    """Every step has started and the consumer takes messages. Main process, loop thread.
+
+    :param worker: the running worker (its ``pool`` and ``consumer`` are set)
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
@@ -157,6 +177,8 @@ def worker_shutdown(worker: Worker, how: str) -> None:
 
     :param how: ``"warm"`` (running tasks finish) or ``"cold"`` (running tasks are abandoned and
         their messages given back to the broker when they are not acknowledged yet).
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
@@ -170,6 +192,8 @@ def worker_process_init(pid: int) -> None:
     pool starts.
 
     :param pid: the process the executor lives in.
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
@@ -183,6 +207,8 @@ def worker_process_shutdown(pid: int, exitcode: int) -> None:
     was killed (by a signal, a hard time limit or ``terminate``).
 
     :param exitcode: the exit status the process ends with (0 for a thread or the solo pool).
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
@@ -193,30 +219,79 @@ def worker_process_shutdown(pid: int, exitcode: int) -> None:
 
 @hookspec
 def task_received(request: Request) -> None:
-    """A task message was decoded and accepted for this worker (it may wait for its ETA)."""
+    """A task message was decoded and accepted for this worker (it may wait for its ETA).
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
 def task_started(request: Request, pid: int) -> None:
-    """An executor picked the task up; ``pid`` is the process that runs it."""
+    """An executor picked the task up; ``pid`` is the process that runs it.
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+    :param pid: the process the executor runs in
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
 def task_succeeded(request: Request, runtime: float, result: str | None) -> None:
     """The task returned normally after ``runtime`` seconds; ``result`` is the repr of what it
-    returned (while someone implements this hook or the worker logs at INFO), else None."""
+    returned (while someone implements this hook or the worker logs at INFO), else None.
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+    :param runtime: seconds the task ran
+    :param result: the repr of its return value, or None
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
 def task_failed(request: Request, exc_type: str, exc_message: str, runtime: float, exception: str,
                 traceback: str) -> None:
     """The task raised, timed out, or lost its process; ``exception`` is the exception's repr,
-    ``traceback`` the task's own (empty when it did not raise)."""
+    ``traceback`` the task's own (empty when it did not raise).
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+    :param exc_type: the exception's class name
+    :param exc_message: its message
+    :param runtime: seconds the task ran (0 when its process died)
+    :param exception: its repr
+    :param traceback: the task's formatted traceback, or ``""``
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
 def task_retried(request: Request, reason: str) -> None:
-    """The task asked to be retried; a new message was published."""
+    """The task asked to be retried; a new message was published.
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+    :param reason: why, as text
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
@@ -224,12 +299,30 @@ def task_rejected(request: Request | None, reason: str, requeue: bool) -> None:
     """A message was rejected: malformed, unknown task, refused content, or ``Reject`` raised.
 
     ``request`` is ``None`` when the message could not be decoded far enough to build one.
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``, or None
+    :param reason: why, as the rejection line says it
+    :param requeue: whether the message goes back to the queue
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
 @hookspec
 def task_revoked(request: Request, reason: str) -> None:
-    """The task will not run: it expired before it started, or was revoked."""
+    """The task will not run: it expired before it started, or was revoked.
+
+    Main process, loop thread.
+
+    :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
+        message), ``message``
+    :param reason: ``"expired"``, ``"revoked"`` or ``"terminated"``
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +333,16 @@ def task_revoked(request: Request, reason: str) -> None:
 @hookspec
 def task_prerun(task_id: str, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any],
                 request: TaskContext) -> None:
-    """The task is about to run, in the executor that runs it (``task.request`` is set)."""
+    """The task is about to run, in the executor that runs it (``task.request`` is set).
+
+    :param task_id: the task's id
+    :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
+    :param args: its positional arguments
+    :param kwargs: its keyword arguments
+    :param request: the task's :class:`~worker_core.app.context.TaskContext` (what ``self.request`` holds)
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
@@ -250,12 +352,28 @@ def task_postrun(task_id: str, task: Task, args: Sequence[Any], kwargs: Mapping[
 
     :param retval: what it returned, or the exception it raised.
     :param state: ``SUCCESS``, ``FAILURE``, ``RETRY``, ``IGNORED`` or ``REJECTED``.
+
+    :param task_id: the task's id
+    :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
+    :param args: its positional arguments
+    :param kwargs: its keyword arguments
+    :param request: the task's :class:`~worker_core.app.context.TaskContext` (what ``self.request`` holds)
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
 @hookspec
 def task_success(task: Task, task_id: str, result: Any, request: TaskContext) -> None:
-    """The task returned ``result``, in the executor that ran it (before its result is stored)."""
+    """The task returned ``result``, in the executor that ran it (before its result is stored).
+
+    :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
+    :param task_id: the task's id
+    :param result: what it returned
+    :param request: the task's :class:`~worker_core.app.context.TaskContext` (what ``self.request`` holds)
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
@@ -264,7 +382,18 @@ def task_failure(task: Task, task_id: str, exception: BaseException, args: Seque
                  request: TaskContext) -> None:
     """The task raised ``exception`` (the exception object, and its traceback object), in the
     executor that ran it. Time limits and lost processes are reported in the main process
-    (:func:`task_failed`): the executor is gone then."""
+    (:func:`task_failed`): the executor is gone then.
+
+    :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
+    :param task_id: the task's id
+    :param exception: the exception it raised
+    :param args: its positional arguments
+    :param kwargs: its keyword arguments
+    :param traceback: the exception's traceback object
+    :param request: the task's :class:`~worker_core.app.context.TaskContext` (what ``self.request`` holds)
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
@@ -273,6 +402,13 @@ def task_retry(task: Task, task_id: str, request: TaskContext, reason: BaseExcep
     """The task asked to be retried (a new message was sent), in the executor that ran it.
 
     :param reason: the exception that caused the retry (``exc=``), or the ``Retry`` itself.
+
+    :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
+    :param task_id: the task's id
+    :param request: the task's :class:`~worker_core.app.context.TaskContext` (what ``self.request`` holds)
+    :param traceback: the reason's traceback object, or None
+
+    Not first-result: every implementation is called; what it returns is ignored.
     """
 
 
@@ -286,13 +422,39 @@ def before_task_publish(name: str, body: Any, exchange: str, routing_key: str, h
                         properties: dict[str, Any], declare: list[Any],
                         retry_policy: Mapping[str, Any]) -> None:
     """A task message is about to be published. ``headers`` and ``properties`` may be changed in
-    place (to carry a trace context, say); what they hold then is what is sent."""
+    place (to carry a trace context, say); what they hold then is what is sent.
+
+    In the client process and thread that publishes (a worker's executor, for a retry).
+
+    :param name: the task's name
+    :param body: ``(args, kwargs, embed)``, not yet serialized
+    :param exchange: the exchange (``""``: the default)
+    :param routing_key: the queue
+    :param headers: the protocol v2 headers (``id``, ``task``, ...): may be changed
+    :param properties: the message properties (``correlation_id``, ``reply_to``, ``priority``, ...): may
+        be changed
+    :param declare: the entities declared before publishing
+    :param retry_policy: how a failed publish is retried
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 @hookspec
 def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
                        headers: Mapping[str, Any]) -> None:
-    """A task message was handed to the broker (``headers["id"]`` is the task's id)."""
+    """A task message was handed to the broker (``headers["id"]`` is the task's id).
+
+    In the client process and thread that publishes (a worker's executor, for a retry).
+
+    :param name: the task's name
+    :param body: ``(args, kwargs, embed)``
+    :param exchange: the exchange
+    :param routing_key: the queue
+    :param headers: the headers sent
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
 
 
 #: hooks whose implementations are isolated from one another (see the module's docstring)
