@@ -1,5 +1,9 @@
 """A received task message on the worker side: dispatch to the pool, then acknowledge,
-reject or requeue it by Celery's rules once the pool reports back."""
+reject or requeue it by Celery's rules once the pool reports back.
+
+One module: a request's states and the rules between them (accepted, done, failed, lost, revoked,
+terminated) read best side by side.
+"""
 
 from __future__ import annotations
 

@@ -16,6 +16,8 @@ one by defining all of its members, and the worker tests for it with ``isinstanc
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
 A class that defines some members of a capability but not all of them is refused at load.
+
+One module by design: every slot's interface is declared in one place a plugin author reads.
 """
 
 from __future__ import annotations

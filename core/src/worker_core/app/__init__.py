@@ -1,4 +1,7 @@
-"""The tasks API: App, Task, AsyncResult and settings."""
+"""The tasks API: App, Task, AsyncResult and settings.
+
+Internal to worker-core (see :mod:`worker_core` for the public API).
+"""
 
 from .base import App
 from .result import AsyncResult

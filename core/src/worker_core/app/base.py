@@ -1,4 +1,8 @@
-"""``App``: settings, the task registry, sending tasks and reading results."""
+"""``App``: settings, the task registry, sending tasks and reading results.
+
+One module: ``App`` is the user's single object (settings, tasks, sending, results, hooks, signing),
+as Celery's app is.
+"""
 
 from __future__ import annotations
 

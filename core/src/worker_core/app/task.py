@@ -1,4 +1,8 @@
-"""Tasks: ``@app.task`` functions you can call, send (``delay``/``apply_async``) and retry."""
+"""Tasks: ``@app.task`` functions you can call, send (``delay``/``apply_async``) and retry.
+
+One module: every option of ``@app.task`` and what it means for calling, sending and retrying is the
+Task class.
+"""
 
 from __future__ import annotations
 

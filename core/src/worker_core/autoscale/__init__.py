@@ -1,1 +1,4 @@
-"""Autoscalers that come with worker-core."""
+"""Autoscalers that come with worker-core.
+
+Internal to worker-core (see :mod:`worker_core` for the public API).
+"""

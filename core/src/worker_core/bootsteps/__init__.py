@@ -1,4 +1,7 @@
-"""Bootsteps: declaring steps, resolving them into a graph, running and rendering it."""
+"""Bootsteps: declaring steps, resolving them into a graph, running and rendering it.
+
+Internal to worker-core (see :mod:`worker_core` for the public API).
+"""
 
 from typing import Any
 

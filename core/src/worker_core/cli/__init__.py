@@ -1,4 +1,7 @@
-"""``workerctl``: the command line."""
+"""``workerctl``: the command line.
+
+Internal to worker-core (see :mod:`worker_core` for the public API).
+"""
 
 from typing import TYPE_CHECKING, Any
 

@@ -1,4 +1,7 @@
-"""What the commands share: ``-p no:NAME`` handling, the plugin manager, and the worker options."""
+"""What the commands share: ``-p no:NAME`` handling, the plugin manager, and the worker options.
+
+One module: what every command shares, so each command module stays a page.
+"""
 
 from __future__ import annotations
 

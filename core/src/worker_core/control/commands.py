@@ -3,6 +3,8 @@
 Each handler takes the worker and keyword arguments and returns a JSON-able reply; control
 commands answer ``{"ok": ...}`` or ``{"error": ...}`` as Celery's do. The read-only ones also
 take (and ignore) the extra arguments Celery's ``inspect`` sends, so ``celery inspect`` works.
+
+One module: the table of built-in commands, each next to its handler.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The plugin manager: hook plugins registered with pluggy, slot implementations loaded lazily
-by name, and one clear message for every way a plugin can be wrong."""
+by name, and one clear message for every way a plugin can be wrong.
+
+One class on purpose: a plugin's entry point, block, load failure and conflict are one record for
+hooks and slots, reported together by ``workerctl plugins`` (calling hooks lives in :mod:`.hooks`,
+checking slots in :mod:`.conformance`).
+"""
 
 from __future__ import annotations
 

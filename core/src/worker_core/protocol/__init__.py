@@ -1,4 +1,7 @@
-"""Celery's message protocol v2: building, decoding and the dates it carries."""
+"""Celery's message protocol v2: building, decoding and the dates it carries.
+
+Internal to worker-core (see :mod:`worker_core` for the public API).
+"""
 
 from .decode import JSON, TaskEnvelope, decode_task
 from .message import OutgoingMessage, origin_name, safe_repr, shown, task_message

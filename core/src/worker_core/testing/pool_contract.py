@@ -23,6 +23,8 @@ and raises ``AssertionError`` saying what the pool did wrong. Job targets come f
 :mod:`worker_core.testing.jobs`, so process pools can import them in their children. Pools that
 run jobs inline (solo) are detected and skip what needs concurrency; pools that cannot grow must
 raise ``PoolError`` from both ``grow`` and ``shrink``.
+
+One module, as every shipped suite: a third party imports one name and runs it.
 """
 
 from __future__ import annotations

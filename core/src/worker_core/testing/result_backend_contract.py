@@ -18,6 +18,8 @@ or, to see each check as its own pytest test::
 Each check raises ``AssertionError`` naming the backend and what it did wrong. A backend that
 :class:`~worker_core.slots.DiscardsResults` is checked for that promise instead of the round trips;
 one that promises :class:`~worker_core.slots.SuccessIsFinal` is checked for it.
+
+One module, as every shipped suite: a third party imports one name and runs it.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ or, to see each check as its own pytest test::
 
 Each check raises ``AssertionError`` naming the transport and what it did wrong. ``settings``
 (default: ``Settings()``) is what the transport is built with.
+
+One module, as every shipped suite: a third party imports one name and runs it.
 """
 
 from __future__ import annotations

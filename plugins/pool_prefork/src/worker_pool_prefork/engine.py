@@ -12,6 +12,8 @@ connection). fcfs leaves written jobs where they are and writes to idle and busy
 All state is guarded by one lock (under the hub it is never contended). Handlers collect the
 callbacks they owe into an ``events`` list and run them after releasing the lock, so a callback
 may call back into the pool (``apply_async`` from a result callback) from any thread.
+
+One module: dispatch, writes and results share one lock and one job table.
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ and run the hub from a thread that outlives the pool, normally the main thread.
 **Initializer.** ``PoolOptions.initializer`` runs in every child after the fork, before the child
 reports ready: use it to drop what must not be shared with the parent (open connections,
 random seeds, thread pools) and to open per-process resources.
+
+One module: the Pool protocol's methods, each a few lines over the engine and the supervisor.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ the rare child whose pipe is held open by a grandchild it forked.
 
 On Linux children get SIGKILL when *the thread that forked them* ends (PR_SET_PDEATHSIG), so
 forks happen only in the driver's thread (or in ``start()``'s caller), which outlives them.
+
+One module: forking, reaping and replacing children share the children's list and its timers.
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@
 - **terminate()** fails every queued job with ``WorkerLostError`` at once, and every running job
   too, since a running thread cannot be stopped: it is abandoned (a daemon thread), its late
   result ignored, and ``terminate()`` returns without waiting for it.
+
+One module: the pool's size, queue and recycling share one lock; the thread's own loop is
+:mod:`.executor`.
 """
 
 from __future__ import annotations

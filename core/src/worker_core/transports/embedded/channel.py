@@ -1,5 +1,8 @@
 """kombu's virtual transport on the embedded store: each channel has its own SQLite connection,
-and deliveries, acks, rejects and restores are written to the file, so no message is lost."""
+and deliveries, acks, rejects and restores are written to the file, so no message is lost.
+
+One module because kombu's virtual channel is one class whose methods kombu calls by name.
+"""
 
 from __future__ import annotations
 
