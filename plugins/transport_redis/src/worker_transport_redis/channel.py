@@ -31,6 +31,7 @@ from redis.exceptions import NoScriptError
 
 from worker_core.protocol.fastjson import dumps as fast_dumps
 from worker_core.protocol.fastjson import loads as fast_loads
+from worker_core.transports import message as _message
 from worker_core.transports.message import Unreadable, envelope_problem, fresh_tag, tag_problem
 
 from . import internals
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 # kombu is not annotated: its modules are typed as Any here, once.
 redis: Any = _redis
+CoreMessage: Any = _message.Message
 #: kombu's JSON, on the C decoder/encoder unless kombu's tagged types are present.
 loads: Callable[[str], Any] = fast_loads
 dumps: Callable[[Any], str] = fast_dumps
@@ -75,6 +77,8 @@ class Channel(internals.FetchHooks, AckingChannel):
     """A Redis channel that fetches in batches (see the module docstring)."""
 
     QoS = FetchingQoS
+    #: the core's own message: this channel checks envelopes itself (no stand-ins reach it)
+    Message = CoreMessage
     from_transport_options = (*redis.Channel.from_transport_options, "fetch_limit")
     fetch_limit = DEFAULT_FETCH_LIMIT
     #: the channel reads BRPOP's replies itself (and checks their envelopes)

@@ -91,7 +91,8 @@ def _no_poll_start(owner: Any, name: str) -> str | None:
 PATHS: Mapping[str, FastPath] = {
     "acks": FastPath(
         "the acknowledgement batching", "each acknowledgement is written at once (ZREM and HDEL), as kombu "
-        "does", (KOMBU, REDIS), (
+        "does, and one made while Redis is unreachable is not written later (its message comes back after "
+        "the visibility timeout)", (KOMBU, REDIS), (
             signature(KombuQoS, "_remove_from_indices", "(self, delivery_tag, pipe=None)"),
             signature(KombuQoS, "ack", "(self, delivery_tag)"),
             signature(KombuQoS, "reject", "(self, delivery_tag, requeue=False)"),

@@ -58,7 +58,8 @@ class Message(CoreMessage):  # type: ignore[misc]
     """The core's message for kombu's virtual transports, which also reads stand-in envelopes."""
 
     def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
-        if isinstance(payload, Mapping) and isinstance(payload.get(STAND_IN), Mapping):
+        # (kombu decodes envelopes into dicts: the common case costs one type check)
+        if type(payload) is dict and STAND_IN in payload and isinstance(payload[STAND_IN], Mapping):
             described = payload[STAND_IN]
             payload = Unreadable(str(described.get("reason")), fresh_tag(), str(described.get("queue")))
         super().__init__(payload, channel, **kwargs)
