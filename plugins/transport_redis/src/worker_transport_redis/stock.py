@@ -57,12 +57,19 @@ def read_envelope(raw: str, queue: str) -> Any:
 class Message(CoreMessage):  # type: ignore[misc]
     """The core's message for kombu's virtual transports, which also reads stand-in envelopes."""
 
+    delivery_info: Mapping[str, Any]
+
     def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
         # (kombu decodes envelopes into dicts: the common case costs one type check)
         if type(payload) is dict and STAND_IN in payload and isinstance(payload[STAND_IN], Mapping):
             described = payload[STAND_IN]
             payload = Unreadable(str(described.get("reason")), fresh_tag(), str(described.get("queue")))
         super().__init__(payload, channel, **kwargs)
+        info = self.delivery_info
+        if "exchange" not in info or "routing_key" not in info:
+            # kombu's QoS records a delivered message under its exchange and routing key: one
+            # that came without them (to be rejected: see ``errors``) is recorded under empty ones
+            self.delivery_info = {"exchange": "", "routing_key": "", **info}
 
 
 def _checking(original: Callable[..., Any], channel: Any) -> Callable[..., Any]:
