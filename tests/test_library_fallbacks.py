@@ -130,6 +130,16 @@ def test_a_library_version_outside_the_range_checked_turns_its_fast_paths_off(
                 assert f"{module.__name__} {version} is not among the versions checked" in decision.off[key]
 
 
+def test_both_transports_decide_with_the_same_machinery() -> None:
+    # (plugins never import one another: each ships its own copy of the module)
+    from worker_transport_amqp import fastpaths as amqp_fastpaths
+    from worker_transport_redis import fastpaths as redis_fastpaths
+
+    redis_source, amqp_source = (Path(inspect.getfile(module)).read_text()
+                                 for module in (redis_fastpaths, amqp_fastpaths))
+    assert redis_source == amqp_source
+
+
 def test_worker_stock_kombu_turns_every_fast_path_off_and_0_leaves_them_on() -> None:
     for internals in INTERNALS.values():
         assert not decide(internals.PATHS, {STOCK_VARIABLE: "1"}).on

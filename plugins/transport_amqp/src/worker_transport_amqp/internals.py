@@ -6,20 +6,20 @@ reaches them. Checked against py-amqp 5.4.2 and kombu 5.7.0 (the pins: ``amqp>=5
 ==================================================  ==================================================
 name                                                used for
 ==================================================  ==================================================
-**buffered reader** (``reader``)
+**the buffered reader** (``reader``)
 ``TCPTransport._setup_transport(self)``             overridden: ``recv`` asks for everything arrived
 ``TCPTransport._quick_recv``                        py-amqp's ``recv``, which ``_read`` calls
 ``TCPTransport._read_buffer``                       py-amqp's read-ahead buffer: whole frames are cut
                                                     from it, and its blocking reads take them first
 ``Connection.Transport(self, host, ...)``           overridden: the buffered transport over plain TCP
-**content-header decoder** (``decoder``)
+**the header decoder's reading of rarer types** (``decoder``)
 ``amqp.serialization._read_item(buf, offset)``      the rarer header types (decimals, timestamps,
                                                     floats, ...), read as py-amqp reads them
 **direct delivery** (``delivery``)
 ``AbstractChannel._pending``                        a ``basic.deliver`` someone waits for (then py-amqp
                                                     dispatches it)
-**whole deliveries** (``whole``)                    only the names of ``reader`` and ``delivery``
-**batched acknowledgements** (``acks``)
+**taking whole deliveries** (``whole``)             only the names of ``reader`` and ``delivery``
+**the acknowledgement batching** (``acks``)
 ``Channel._on_basic_deliver(self, consumer_tag,     overridden: notes each delivered tag (deliveries
 delivery_tag, redelivered, exchange,                py-amqp dispatches)
 routing_key, msg)``
@@ -28,10 +28,12 @@ routing_key, msg)``
                                                     passes (:mod:`.tls`)
 ==================================================  ==================================================
 
-The public names each fast path overrides or feeds (``basic_ack``, ``on_readable``, the
+The public names each fast path overrides or feeds (``basic_ack``, ``basic_qos``, the
 ``frame_handler`` argument, kombu's ``Message``, ...) are checked with them, so a library that
-changed them falls back as well. ``decoder`` and ``whole`` work only with ``delivery``, ``whole``
-only with ``reader`` too: the rest falls back on its own.
+changed them falls back as well; kombu's transport API every path overrides (``on_readable``,
+``drain_events``, ``heartbeat_check``) has nothing to fall back to, and is bounded by the pins.
+``decoder`` and ``whole`` work only with ``delivery``, ``whole`` only with ``reader`` too: the rest
+falls back on its own.
 """
 
 from __future__ import annotations

@@ -6,14 +6,14 @@ them. Checked against kombu 5.7.0 with redis-py 8.1.0 and 6.1.0 (the pins: ``kom
 ==================================================  ==================================================
 name                                                used for
 ==================================================  ==================================================
-**batched fetch** (``fetch``)
+**the batched fetch** (``fetch``)
 ``Channel._brpop_start(self, timeout=None)``        overridden: sends the fetch script, or BRPOP
 ``Channel._brpop_read(self, **options)``            overridden: reads the script's or BRPOP's reply
 ``Channel._in_poll``, ``Channel._brpop_sent_at``    set as kombu's reader sets them: the poller, the
                                                     BRPOP health check and ``close`` read them
 ``Channel._queue_cycle``                            kombu's round-robin order, followed by the script
-``Channel._flush_brpop_reauth(self)``               called after each reply, as kombu does (when the
-                                                    kombu has it: streaming re-authentication)
+``Channel._flush_brpop_reauth(self)``               called after each reply, as kombu does (kombu's
+                                                    streaming re-authentication, when it has one)
 ``Transport._deliver(self, message, queue)``        hands a fetched envelope to the consumer
 ``Channel._do_restore_message(...)``                puts a copy back (requeue of a message whose
                                                     record is still on its way)
@@ -23,21 +23,23 @@ name                                                used for
 ``MultiChannelPoller._paused_brpop``                buffered acks may wait for it
 redis-py ``Connection._sock``                       the BRPOP socket's identity (``CLIENT UNBLOCK`` on
                                                     close)
-**batched acknowledgements** (``acks``)
+**the acknowledgement batching** (``acks``)
 ``QoS._remove_from_indices(self, delivery_tag,      an acknowledgement written at once (when nothing
 pipe=None)``                                        drives the channel)
 ``Channel._consumers``                              whether the channel is being consumed
 ``MultiChannelPoller._channels``                    the channels whose acks each loop turn writes
 ``Channel._create_client(self, asynchronous=False)``  one client per channel instead of one per call
-**sockets added to the hub once** (``hub``)
+**the hub registration of each socket once** (``hub``)
 kombu's ``register_with_event_loop.<locals>.        found among the hub's per-turn callbacks and
 on_poll_start``                                     replaced by one that adds only new sockets
-**result waits** (``listener``)
+**the result wait outside the subscriber's lock** (``listener``)
 redis-py ``Connection._sock``                       the subscriber's socket, waited on outside the lock
 ==================================================  ==================================================
 
-Each fast path falls back on its own (``fetch`` only with ``acks``: the script's records and the
-acks it carries are ordered on one connection, kombu's QoS would write acks on another).
+The fast paths fall back one by one, except that the batched fetch works only with the
+acknowledgement batching: the script records what it takes and carries the acks on one
+connection, in order, where kombu's QoS would write acks on another, possibly before the records.
+Publishing, the queue layout and ``queue_depth`` use kombu's and redis-py's public API only.
 """
 
 from __future__ import annotations
