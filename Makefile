@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog
 
-.PHONY: venv demo test test-stock bench lint
+.PHONY: venv demo test test-fast test-stock bench lint
 
 # (the C extension is compiled when its distribution is installed: a changed source reinstalls)
 $(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
@@ -23,12 +23,15 @@ venv: $(BIN)/.installed
 demo: venv
 	$(BIN)/python examples/demo.py
 
-test: venv
+# The whole suite, then the broker tests once more on the libraries' own paths.
+test: test-fast test-stock
+
+test-fast: venv
 	$(BIN)/python -m pytest
 
-# The broker tests once more on the libraries' own paths: WORKER_STOCK_KOMBU=1 turns off every
-# fast path built on kombu's, py-amqp's or redis-py's internals, WORKER_NO_EXTENSIONS=1 the C
-# extension. This is what a worker falls back to when a library changed; CI runs it after `test`.
+# WORKER_STOCK_KOMBU=1 turns off every fast path built on kombu's, py-amqp's or redis-py's
+# internals, WORKER_NO_EXTENSIONS=1 the C extension: what a worker falls back to when a library
+# changed, proven with the broker tests.
 STOCK_TESTS := tests/test_redis_transport.py tests/test_amqp_transport.py tests/test_amqp_decoding.py \
                tests/test_transport_contract.py tests/test_broker_faults.py tests/test_fuzz_envelopes.py \
                tests/test_fuzz_messages.py tests/test_interop_celery.py tests/test_tls.py
