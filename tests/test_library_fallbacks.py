@@ -33,12 +33,11 @@ from workers import TESTS, WorkerProcess, wait_for
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
 from worker_core.exceptions import ConfigurationError
+from worker_core.fastpaths import STOCK_VARIABLE, Check, decide
 from worker_transport_amqp import AmqpTransport
 from worker_transport_amqp import internals as amqp_internals
-from worker_transport_amqp.fastpaths import STOCK_VARIABLE
 from worker_transport_redis import RedisBackend, RedisTransport
 from worker_transport_redis import internals as redis_internals
-from worker_transport_redis.fastpaths import Check, decide
 from worker_transport_redis.stock import priority_lists
 
 DB = 14  # this file's database on the shared Redis
@@ -128,16 +127,6 @@ def test_a_library_version_outside_the_range_checked_turns_its_fast_paths_off(
             if depends:
                 assert key not in decision
                 assert f"{module.__name__} {version} is not among the versions checked" in decision.off[key]
-
-
-def test_both_transports_decide_with_the_same_machinery() -> None:
-    # (plugins never import one another: each ships its own copy of the module)
-    from worker_transport_amqp import fastpaths as amqp_fastpaths
-    from worker_transport_redis import fastpaths as redis_fastpaths
-
-    redis_source, amqp_source = (Path(inspect.getfile(module)).read_text()
-                                 for module in (redis_fastpaths, amqp_fastpaths))
-    assert redis_source == amqp_source
 
 
 def test_worker_stock_kombu_turns_every_fast_path_off_and_0_leaves_them_on() -> None:

@@ -2,9 +2,11 @@
 
 The public API is what this package exports (:data:`__all__`) and the modules a plugin author
 works with: :mod:`worker_core.hookspecs` (every hook), :mod:`worker_core.slots` (every slot's
-interface and the optional capabilities), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`
-and :mod:`worker_core.testing` (the contract suites). Every other module is an implementation
-detail and may change without notice; their names are pinned by the test suite all the same.
+interface and the optional capabilities), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`,
+:mod:`worker_core.testing` (the contract suites) and :mod:`worker_core.fastpaths` (checks that turn
+a transport's fast path on library internals off when the library changed). Every other module
+is an implementation detail and may change without notice; their names are pinned by the test
+suite all the same.
 """
 
 from typing import TYPE_CHECKING, Any

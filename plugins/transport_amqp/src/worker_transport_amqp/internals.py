@@ -55,7 +55,7 @@ from amqp.exceptions import UnexpectedFrame
 from kombu import message as _kombu_message
 from kombu.transport import pyamqp as _pyamqp
 
-from .fastpaths import Decision, FastPath, Library, decide, reads, report, signature
+from worker_core.fastpaths import Decision, FastPath, Library, decide, reads, report, signature
 
 __all__ = ["AMQP", "KOMBU", "PATHS", "READ_SIZE", "BufferedTCPTransport", "DeliverHooks", "RareType",
            "awaited", "current", "forget", "read_item", "ssl_arguments_problem"]

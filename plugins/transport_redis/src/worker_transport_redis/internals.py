@@ -57,7 +57,7 @@ from kombu.asynchronous import hub as _hub
 from kombu.transport import redis as _kombu_redis
 from kombu.transport import virtual as _virtual
 
-from .fastpaths import Check, Decision, FastPath, Library, decide, reads, report, signature
+from worker_core.fastpaths import Check, Decision, FastPath, Library, decide, reads, report, signature
 
 __all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
            "envelope_of", "flush_reauth", "forget", "has_consumers", "kombus_poll_start", "new_client",
