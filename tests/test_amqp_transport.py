@@ -415,7 +415,7 @@ def test_heartbeats_are_negotiated_and_checked(queue_name: str) -> None:
 def test_a_missed_heartbeat_drops_the_connection_so_closing_it_does_not_hang(queue_name: str) -> None:
     from faults import TcpProxy
 
-    proxy = TcpProxy(5672)
+    proxy = TcpProxy("127.0.0.1", 5672)
     url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
     try:
         connection = connect(Settings(broker_heartbeat=1), url=url)

@@ -39,7 +39,7 @@ def second_redis(tmp_path: Path):
 def amqp_behind_proxy(amqp_url: str):
     """(proxy, queue, url): a TCP proxy the test controls in front of RabbitMQ, a queue of the
     test's own (deleted afterwards) and the URL that goes through the proxy."""
-    proxy = TcpProxy(5672)
+    proxy = TcpProxy("127.0.0.1", 5672)
     queue = f"faults-{uuid.uuid4().hex[:8]}"
     yield proxy, queue, f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
     proxy.close()

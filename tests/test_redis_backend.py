@@ -258,7 +258,7 @@ def test_a_forked_child_stores_on_its_own_connection_and_the_parent_keeps_workin
 
 def test_wait_for_reads_the_result_again_after_its_connection_comes_back(raw: redis.Redis,
                                                                           task_ids: list[str]) -> None:
-    proxy = TcpProxy(6379)
+    proxy = TcpProxy("127.0.0.1", 6379)
     try:
         results = backend(f"redis://127.0.0.1:{proxy.port}/{DB}")
         results.on_task_call(task_ids[0])

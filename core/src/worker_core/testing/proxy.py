@@ -1,5 +1,5 @@
-"""A TCP proxy the contract suites put between a client and a real broker, so a check can lose the
-connection the way a network does (``cut``) and let the next one through (``restore``)."""
+"""A TCP proxy put between a client and a real broker, so a check can lose the connection the way a
+network does (``cut``), hang it (``blackhole``) and let traffic through again (``restore``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ __all__ = ["TcpProxy", "proxied"]
 
 class TcpProxy:
     """Forwards ``127.0.0.1:<port>`` to ``(host, port)``; :meth:`cut` drops every connection and
-    refuses new ones until :meth:`restore`."""
+    refuses new ones until :meth:`restore`; :meth:`blackhole` keeps connections open but forwards
+    nothing until :meth:`restore`."""
 
     def __init__(self, host: str, port: int) -> None:
         self.target = (host, port)
@@ -24,6 +25,8 @@ class TcpProxy:
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         self._accepting = True
+        self._forwarding = threading.Event()
+        self._forwarding.set()
         self._closed = False
         threading.Thread(target=self._accept, name="contract-proxy", daemon=True).start()
 
@@ -48,9 +51,12 @@ class TcpProxy:
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         peers = {client: upstream, upstream: client}
         try:
-            while True:
-                readable, _, _ = select.select(list(peers), [], [])
+            while not self._closed:
+                self._forwarding.wait()
+                readable, _, _ = select.select(list(peers), [], [], 0.2)
                 for sock in readable:
+                    if not self._forwarding.is_set():
+                        break
                     data = sock.recv(65536)
                     if not data:
                         return
@@ -77,13 +83,19 @@ class TcpProxy:
         for pair in pairs:
             self._drop(pair)
 
+    def blackhole(self) -> None:
+        """Keep every connection open but forward nothing (a hung network)."""
+        self._forwarding.clear()
+
     def restore(self) -> None:
-        """Let new connections through again."""
+        """Let new connections and traffic through again."""
         self._accepting = True
+        self._forwarding.set()
 
     def close(self) -> None:
         self._closed = True
         self.cut()
+        self._forwarding.set()  # held pumps wake, find their sockets closed and end
         self._listener.close()
 
 
