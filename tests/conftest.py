@@ -105,16 +105,23 @@ def require_server(port: int, what: str) -> None:
         pytest.skip(f"{what} is not running on 127.0.0.1:{port}")
 
 
-@pytest.fixture
-def redis_url() -> str:
-    """The suite's Redis database, emptied before the test (never another database)."""
+def empty_redis(url: str) -> str:
+    """Empty the one database of the shared Redis that ``url`` names, and give ``url`` back."""
     require_server(6379, "Redis")
     import redis
 
-    client = redis.Redis.from_url(REDIS_TEST_URL)
-    client.flushdb()
-    client.close()
-    return REDIS_TEST_URL
+    client = redis.Redis.from_url(url)
+    try:
+        client.flushdb()
+    finally:
+        client.close()
+    return url
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The suite's Redis database, emptied before the test (never another database)."""
+    return empty_redis(REDIS_TEST_URL)
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import struct
 import uuid
 from typing import Any
 
+import amqp
 import attrs
 from hypothesis import strategies as st
 
@@ -258,3 +259,14 @@ def two_tags(queue: str, runs: str) -> Raw:
     envelope = kombu_envelope(queue, task_id, body=base64.b64encode(task_body(runs, task_id)).decode())
     envelope["x"] = {"delivery_tag": f"other-{uuid.uuid4()}"}
     return Raw(_text(envelope), task_id)
+
+
+class RawMessage(amqp.basic_message.Message):  # type: ignore[misc]
+    """A py-amqp message whose content header properties are written as given, byte for byte."""
+
+    def __init__(self, body: bytes, properties: bytes) -> None:
+        super().__init__(body)
+        self._raw_properties = properties
+
+    def _serialize_properties(self) -> bytes:
+        return self._raw_properties

@@ -20,7 +20,7 @@ import amqp
 import pytest
 from apps import basic
 from conftest import AMQP_TEST_URL, REDIS_TEST_URL, require_server
-from envelopes import Bad, Raw, broken_amqp_properties, broken_envelopes, task_body, two_tags
+from envelopes import Bad, Raw, RawMessage, broken_amqp_properties, broken_envelopes, task_body, two_tags
 from hostile import each_reason_has_its_own_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -30,17 +30,6 @@ from worker_core.transports.embedded.store import QueueStore
 
 REJECTED = re.compile(r"Rejected message (.*)")
 QUEUE = f"envelopes-{uuid.uuid4().hex[:8]}"
-
-
-class RawMessage(amqp.basic_message.Message):  # type: ignore[misc]
-    """A py-amqp message whose content header properties are written as given, byte for byte."""
-
-    def __init__(self, body: bytes, properties: bytes) -> None:
-        super().__init__(body)
-        self._raw_properties = properties
-
-    def _serialize_properties(self) -> bytes:
-        return self._raw_properties
 
 
 class EnvelopeWorker:

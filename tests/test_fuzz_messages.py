@@ -20,7 +20,7 @@ from typing import Any
 import kombu
 import pytest
 from apps import basic
-from conftest import REDIS_TEST_URL, require_server
+from conftest import REDIS_TEST_URL, empty_redis
 from hostile import (
     MAX_SIZE,
     Message,
@@ -182,11 +182,7 @@ def fuzzed(request: pytest.FixtureRequest,
     if request.param == "embedded":
         broker = backend = f"embedded://{directory}/queue.db"
     else:
-        require_server(6379, "Redis")
-        import redis
-
-        redis.Redis.from_url(REDIS_TEST_URL).flushdb()
-        broker = backend = REDIS_TEST_URL
+        broker = backend = empty_redis(REDIS_TEST_URL)
     worker = FuzzedWorker(broker, backend, directory / "worker.log", f"fuzz-{uuid.uuid4().hex[:8]}")
     yield worker
     worker.close()

@@ -26,7 +26,8 @@ import amqp
 import kombu
 import pytest
 import redis
-from conftest import AMQP_TEST_URL, REPO, require_server
+from conftest import AMQP_TEST_URL, REPO, empty_redis, require_server
+from envelopes import RawMessage
 from kombu.asynchronous import Hub
 from workers import TESTS, WorkerProcess, wait_for
 
@@ -292,17 +293,6 @@ def wait_for_a_result_through_get_message() -> None:
 # -- AMQP: kombu consumers through what is left ---------------------------------------------------
 
 
-class RawMessage(amqp.basic_message.Message):  # type: ignore[misc]
-    """A py-amqp message whose content header properties are written as given, byte for byte."""
-
-    def __init__(self, body: bytes, properties: bytes) -> None:
-        super().__init__(body)
-        self._raw_properties = properties
-
-    def _serialize_properties(self) -> bytes:
-        return self._raw_properties
-
-
 def amqp_round_trip() -> dict[str, Any]:
     """Messages with headers of every kind, one whose properties cannot be decoded, priorities,
     acknowledgements, on a kombu hub; what was used."""
@@ -439,11 +429,7 @@ class ChangingWorker(WorkerProcess):
 @pytest.fixture
 def results() -> str:
     """This file's Redis database, emptied, as the result backend."""
-    require_server(6379, "Redis")
-    client = redis.Redis.from_url(URL)
-    client.flushdb()
-    client.close()
-    return URL
+    return empty_redis(URL)
 
 
 def run_tasks(broker: str, backend: str, queue: str, count: int = 20) -> list[Any]:

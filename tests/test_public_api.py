@@ -79,8 +79,8 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
 #: what each public module of the core and each plugin package exports
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
-    "worker_core.fastpaths": ["Check", "Decision", "FastPath", "Library", "STOCK_VARIABLE", "attribute",
-                              "decide", "reads", "report", "signature"],
+    "worker_core.fastpaths": ["Check", "Decision", "FastPath", "FastPaths", "Library", "STOCK_VARIABLE",
+                              "attribute", "decide", "reads", "report", "signature"],
     "worker_pool_prefork": ["PreforkPool"],
     "worker_pool_threads": ["ThreadPool"],
     "worker_transport_amqp": ["AmqpTransport"],

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import kombu
 import pytest
 from apps import basic
-from conftest import AMQP_TEST_URL, require_server
+from conftest import AMQP_TEST_URL, empty_redis, require_server
 from workers import TESTS
 
 from worker_core.app.broker import connection_for
@@ -40,14 +40,8 @@ def _node(kind: str) -> str:
 
 @pytest.fixture
 def redis_db9() -> Iterator[str]:
-    require_server(6379, "Redis")
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL)
-    client.flushdb()
-    yield REDIS_URL
-    client.flushdb()
-    client.close()
+    yield empty_redis(REDIS_URL)
+    empty_redis(REDIS_URL)
 
 
 @pytest.fixture(params=["embedded", "redis", "amqp"])

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import require_server
+from conftest import empty_redis
 
 from worker_core.app.settings import Settings
 from worker_core.results.disabled import DisabledBackend
@@ -34,14 +34,8 @@ CASES = [(name, check) for name in BACKENDS for check in result_backend_contract
 @pytest.fixture(scope="module")
 def redis_db() -> Iterator[str]:
     """Redis database 7, emptied before and after the module."""
-    require_server(6379, "Redis")
-    import redis
-
-    client = redis.Redis.from_url(REDIS_CONTRACT_URL)
-    client.flushdb()
-    yield REDIS_CONTRACT_URL
-    client.flushdb()
-    client.close()
+    yield empty_redis(REDIS_CONTRACT_URL)
+    empty_redis(REDIS_CONTRACT_URL)
 
 
 def _url(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:

@@ -19,7 +19,7 @@ import attrs
 import kombu
 import pytest
 from certs import Issued, make_authority
-from conftest import require_server
+from conftest import empty_redis, require_server
 from kombu.serialization import registry
 from workers import TESTS
 
@@ -378,13 +378,7 @@ def test_bad_signing_settings_stop_the_worker_with_one_line_and_status_2(
 @pytest.fixture
 def redis12() -> str:
     """This file's Redis database, emptied before the test."""
-    require_server(6379, "Redis")
-    import redis
-
-    client = redis.Redis.from_url(REDIS_SIGNING_URL)
-    client.flushdb()
-    client.close()
-    return REDIS_SIGNING_URL
+    return empty_redis(REDIS_SIGNING_URL)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import AMQP_TEST_URL, require_server
+from conftest import AMQP_TEST_URL, empty_redis, require_server
 
 from worker_core.slots import Transport
 from worker_core.testing import transport_contract
@@ -24,14 +24,8 @@ REDIS_CONTRACT_URL = "redis://127.0.0.1:6379/8"
 @pytest.fixture(scope="module")
 def redis_db() -> Iterator[str]:
     """Redis database 8, emptied before and after the module (kombu leaves its bindings there)."""
-    require_server(6379, "Redis")
-    import redis
-
-    client = redis.Redis.from_url(REDIS_CONTRACT_URL)
-    client.flushdb()
-    yield REDIS_CONTRACT_URL
-    client.flushdb()
-    client.close()
+    yield empty_redis(REDIS_CONTRACT_URL)
+    empty_redis(REDIS_CONTRACT_URL)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from types import CodeType, ModuleType
@@ -19,8 +20,8 @@ from typing import Any
 
 import attrs
 
-__all__ = ["STOCK_VARIABLE", "Check", "Decision", "FastPath", "Library", "attribute", "decide", "reads",
-           "report", "signature"]
+__all__ = ["STOCK_VARIABLE", "Check", "Decision", "FastPath", "FastPaths", "Library", "attribute", "decide",
+           "reads", "report", "signature"]
 
 #: the environment variable that turns every fast path off
 STOCK_VARIABLE = "WORKER_STOCK_KOMBU"
@@ -136,6 +137,25 @@ def report(decision: Decision, paths: Mapping[str, FastPath], what: str, logger:
         logger.warning("%s: %s %s off, because %s. Instead %s; %s (checked with %s)", what, names,
                        "is" if len(chosen) == 1 else "are", why, "; ".join(path.stock for path in chosen),
                        chosen[0].still, ", ".join(libraries))
+
+
+class FastPaths:
+    """A transport's fast paths, decided at the first :meth:`current` and said once in the log."""
+
+    def __init__(self, paths: Mapping[str, FastPath], what: str, logger: logging.Logger) -> None:
+        self.paths, self.what, self.logger = paths, what, logger
+        self._decision: Decision | None = None
+
+    def current(self) -> Decision:
+        """Which fast paths are on in this process."""
+        if self._decision is None:
+            self._decision = decide(self.paths, os.environ)
+            report(self._decision, self.paths, self.what, self.logger)
+        return self._decision
+
+    def forget(self) -> None:
+        """Decide again at the next :meth:`current` (after the environment or a library changed)."""
+        self._decision = None
 
 
 # -- checks -----------------------------------------------------------------------------------------

@@ -39,7 +39,6 @@ falls back on its own.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -55,7 +54,7 @@ from amqp.exceptions import UnexpectedFrame
 from kombu import message as _kombu_message
 from kombu.transport import pyamqp as _pyamqp
 
-from worker_core.fastpaths import Decision, FastPath, Library, decide, reads, report, signature
+from worker_core.fastpaths import FastPath, FastPaths, Library, reads, signature
 
 __all__ = ["AMQP", "KOMBU", "PATHS", "READ_SIZE", "BufferedTCPTransport", "DeliverHooks", "RareType",
            "awaited", "current", "forget", "read_item", "ssl_arguments_problem"]
@@ -128,22 +127,11 @@ PATHS: Mapping[str, FastPath] = {
         )),
 }
 
-_decision: Decision | None = None
-
-
-def current() -> Decision:
-    """Which fast paths are on in this process: decided at the first call, said once in the log."""
-    global _decision
-    if _decision is None:
-        _decision = decide(PATHS, os.environ)
-        report(_decision, PATHS, "AMQP transport", logger)
-    return _decision
-
-
-def forget() -> None:
-    """Decide again at the next :func:`current` (after the environment or a library changed)."""
-    global _decision
-    _decision = None
+_fast_paths = FastPaths(PATHS, "AMQP transport", logger)
+#: which fast paths are on in this process: decided at the first call, said once in the log
+current = _fast_paths.current
+#: decide again at the next :func:`current` (after the environment or a library changed)
+forget = _fast_paths.forget
 
 
 # -- buffered reader ---------------------------------------------------------------------------------

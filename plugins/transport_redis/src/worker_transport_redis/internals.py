@@ -45,7 +45,6 @@ Publishing, the queue layout and ``queue_depth`` use kombu's and redis-py's publ
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Mapping
 from types import CodeType
 from typing import Any
@@ -57,7 +56,7 @@ from kombu.asynchronous import hub as _hub
 from kombu.transport import redis as _kombu_redis
 from kombu.transport import virtual as _virtual
 
-from worker_core.fastpaths import Check, Decision, FastPath, Library, decide, reads, report, signature
+from worker_core.fastpaths import Check, FastPath, FastPaths, Library, reads, signature
 
 __all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
            "envelope_of", "flush_reauth", "forget", "has_consumers", "kombus_poll_start", "new_client",
@@ -137,22 +136,11 @@ PATHS: Mapping[str, FastPath] = {
         ), still="results still arrive at once, and a thread subscribing meanwhile may wait up to 50 ms"),
 }
 
-_decision: Decision | None = None
-
-
-def current() -> Decision:
-    """Which fast paths are on in this process: decided at the first call, said once in the log."""
-    global _decision
-    if _decision is None:
-        _decision = decide(PATHS, os.environ)
-        report(_decision, PATHS, "Redis transport", logger)
-    return _decision
-
-
-def forget() -> None:
-    """Decide again at the next :func:`current` (after the environment or a library changed)."""
-    global _decision
-    _decision = None
+_fast_paths = FastPaths(PATHS, "Redis transport", logger)
+#: which fast paths are on in this process: decided at the first call, said once in the log
+current = _fast_paths.current
+#: decide again at the next :func:`current` (after the environment or a library changed)
+forget = _fast_paths.forget
 
 
 # -- batched fetch ---------------------------------------------------------------------------------
