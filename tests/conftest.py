@@ -118,6 +118,19 @@ def empty_redis(url: str) -> str:
     return url
 
 
+def delete_queue(broker: str, name: str) -> None:
+    """Delete the queue ``name`` and its exchange from RabbitMQ, which keeps them; a worker still
+    consuming from it would declare them again, so stop the test's workers first. Other brokers:
+    nothing to do."""
+    if not broker.startswith("amqp"):
+        return
+    import kombu
+
+    with kombu.Connection(broker) as connection:
+        connection.default_channel.queue_delete(name)
+        connection.default_channel.exchange_delete(name)
+
+
 @pytest.fixture
 def redis_url() -> str:
     """The suite's Redis database, emptied before the test (never another database)."""

@@ -8,10 +8,9 @@ import time
 import uuid
 from pathlib import Path
 
-import kombu
 import pytest
 from apps import basic
-from conftest import REDIS_TEST_URL
+from conftest import REDIS_TEST_URL, delete_queue
 from faults import RedisServer, TcpProxy
 from workers import TESTS, children_of, wait_for
 
@@ -43,9 +42,7 @@ def amqp_behind_proxy(amqp_url: str):
     queue = f"faults-{uuid.uuid4().hex[:8]}"
     yield proxy, queue, f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
     proxy.close()
-    with kombu.Connection(amqp_url) as connection:
-        connection.default_channel.queue_delete(queue)
-        connection.default_channel.exchange_delete(queue)
+    delete_queue(amqp_url, queue)
 
 
 @pytest.fixture
@@ -256,7 +253,5 @@ def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_r
         assert sorted(map(int, basic.lines(proof))) == [0, 1, 2, 3]
     finally:
         basic.app.close()
-        workers.cleanup()  # before the queue goes: a running worker would declare it again
-        with kombu.Connection(amqp_url) as connection:
-            connection.default_channel.queue_delete(queue)
-            connection.default_channel.exchange_delete(queue)
+        workers.cleanup()
+        delete_queue(amqp_url, queue)

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 from apps import basic
-from conftest import REDIS_TEST_URL
+from conftest import REDIS_TEST_URL, delete_queue
 
 
 @pytest.fixture(params=["redis", "amqp"])
@@ -21,17 +21,11 @@ def broker(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def queue(broker: str, workers):
-    """A queue of the test's own, deleted once the test's workers are gone (RabbitMQ keeps
-    queues, and a worker still running would declare it again)."""
+    """A queue of the test's own, deleted once the test's workers are gone."""
     name = f"interop-{uuid.uuid4().hex[:8]}"
     yield name
     workers.cleanup()
-    if broker.startswith("amqp"):
-        import kombu
-
-        with kombu.Connection(broker) as connection:
-            connection.default_channel.queue_delete(name)
-            connection.default_channel.exchange_delete(name)
+    delete_queue(broker, name)
 
 
 @pytest.fixture
@@ -269,9 +263,4 @@ def test_a_celery_clients_add_consumer_and_cancel_consumer_reach_our_worker(work
         assert replies == [{name: {"ok": f"no longer consuming from {other}"}}]
     finally:
         workers.cleanup()
-        if broker.startswith("amqp"):
-            import kombu
-
-            with kombu.Connection(broker) as connection:
-                connection.default_channel.queue_delete(other)
-                connection.default_channel.exchange_delete(other)
+        delete_queue(broker, other)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import kombu
 import pytest
 from apps import basic
-from conftest import AMQP_TEST_URL, empty_redis, require_server
+from conftest import AMQP_TEST_URL, delete_queue, empty_redis, require_server
 from workers import TESTS
 
 from worker_core.app.broker import connection_for
@@ -70,10 +70,7 @@ def queue(broker: str, workers) -> Iterator[str]:
     name = f"lock-{uuid.uuid4().hex[:8]}"
     yield name
     workers.cleanup()
-    if broker.startswith("amqp"):
-        with kombu.Connection(broker) as connection:
-            connection.default_channel.queue_delete(name)
-            connection.default_channel.exchange_delete(name)
+    delete_queue(broker, name)
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ import attrs
 import kombu
 import pytest
 from certs import Issued, make_authority
-from conftest import empty_redis, require_server
+from conftest import delete_queue, empty_redis, require_server
 from kombu.serialization import registry
 from workers import TESTS
 
@@ -446,10 +446,8 @@ def test_a_celery_client_signs_over_rabbitmq_and_our_worker_verifies_and_runs_it
         workers.start("-Q", queue, broker=AMQP_URL, backend=redis12, env=verifying_env(pki))
         assert celery_signing_client.send_task("apps.basic.add", (2, 3), queue=queue).get(timeout=20) == 5
     finally:
-        workers.cleanup()  # RabbitMQ keeps queues: delete this one once no worker declares it again
-        with kombu.Connection(AMQP_URL) as connection:
-            connection.default_channel.queue_delete(queue)
-            connection.default_channel.exchange_delete(queue)
+        workers.cleanup()
+        delete_queue(AMQP_URL, queue)
 
 
 def test_our_client_signs_and_a_celery_worker_verifies_and_runs_it(

@@ -238,27 +238,27 @@ def check_a_published_message_is_consumed(
 def check_an_acknowledged_message_is_gone(
     transport: type[Transport], url: str, *, settings: Settings | None = None
 ) -> None:
-    with _broker(transport, url, settings) as broker:
-        connection = broker.connect()
-        queue = broker.queue(connection)
-        broker.publish(connection, queue, {"n": 1})
-        [message] = broker.receive(connection, queue, 1)
-        message.ack()
-        connection.release()
-        _next_after_marker_is_marker(broker, queue, "a message was acknowledged and its connection closed")
+    _settled_message_is_gone(transport, url, settings, lambda message: message.ack(),
+                             "a message was acknowledged and its connection closed")
 
 
 def check_a_message_rejected_without_requeue_is_gone(
     transport: type[Transport], url: str, *, settings: Settings | None = None
 ) -> None:
+    _settled_message_is_gone(transport, url, settings, lambda message: message.reject(requeue=False),
+                             "a message was rejected without requeue")
+
+
+def _settled_message_is_gone(transport: type[Transport], url: str, settings: Settings | None,
+                             settle: Callable[[Any], None], what: str) -> None:
     with _broker(transport, url, settings) as broker:
         connection = broker.connect()
         queue = broker.queue(connection)
         broker.publish(connection, queue, {"n": 1})
         [message] = broker.receive(connection, queue, 1)
-        message.reject(requeue=False)
+        settle(message)
         connection.release()
-        _next_after_marker_is_marker(broker, queue, "a message was rejected without requeue")
+        _next_after_marker_is_marker(broker, queue, what)
 
 
 def check_a_message_rejected_with_requeue_is_delivered_again(
