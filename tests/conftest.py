@@ -89,7 +89,17 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSite]:
 
 # -- brokers -----------------------------------------------------------------------------------
 
-REDIS_TEST_URL = "redis://127.0.0.1:6379/13"  # a database of the shared Redis kept for the suite
+#: the shared Redis the suite uses; WORKER_TEST_REDIS=127.0.0.1:<port> runs it against another server
+REDIS_ADDRESS = os.environ.get("WORKER_TEST_REDIS", "127.0.0.1:6379")
+REDIS_PORT = int(REDIS_ADDRESS.rpartition(":")[2])
+
+
+def redis_db(db: int) -> str:
+    """The URL of database ``db`` of the suite's Redis."""
+    return f"redis://{REDIS_ADDRESS}/{db}"
+
+
+REDIS_TEST_URL = redis_db(13)  # a database of the shared Redis kept for the suite
 AMQP_TEST_URL = "amqp://guest:guest@127.0.0.1:5672//"
 
 
@@ -107,7 +117,7 @@ def require_server(port: int, what: str) -> None:
 
 def empty_redis(url: str) -> str:
     """Empty the one database of the shared Redis that ``url`` names, and give ``url`` back."""
-    require_server(6379, "Redis")
+    require_server(REDIS_PORT, "Redis")
     import redis
 
     client = redis.Redis.from_url(url)

@@ -19,7 +19,7 @@ from typing import Any
 
 import attrs
 import pytest
-from conftest import FakeSite
+from conftest import FakeSite, redis_db
 from workers import TESTS
 
 from worker_core import App
@@ -29,7 +29,7 @@ from worker_core.options import parse_hostname
 
 MARKER = "BAD_CONFIGURATION_RUN"
 AMQP = "amqp://guest:guest@127.0.0.1:5672//"
-REDIS = "redis://127.0.0.1:6379/13"
+REDIS = redis_db(13)
 
 
 @attrs.frozen

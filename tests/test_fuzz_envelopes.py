@@ -19,7 +19,7 @@ from typing import Any
 import amqp
 import pytest
 from apps import basic
-from conftest import AMQP_TEST_URL, REDIS_TEST_URL, require_server
+from conftest import AMQP_TEST_URL, REDIS_PORT, REDIS_TEST_URL, require_server
 from envelopes import Bad, Raw, RawMessage, broken_amqp_properties, broken_envelopes, task_body, two_tags
 from hostile import each_reason_has_its_own_line
 from hypothesis import HealthCheck, given, settings
@@ -42,7 +42,7 @@ class EnvelopeWorker:
         if transport == "embedded":
             self.broker = backend = f"embedded://{directory}/queue.db"
         else:  # results on Redis; the tasks on Redis or RabbitMQ
-            require_server(6379, "Redis")
+            require_server(REDIS_PORT, "Redis")
             import redis
 
             self.redis = redis.Redis.from_url(REDIS_TEST_URL)

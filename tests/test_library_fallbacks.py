@@ -26,7 +26,7 @@ import amqp
 import kombu
 import pytest
 import redis
-from conftest import AMQP_TEST_URL, REPO, empty_redis, require_server
+from conftest import AMQP_TEST_URL, REDIS_PORT, REPO, empty_redis, redis_db, require_server
 from envelopes import RawMessage
 from kombu.asynchronous import Hub
 from workers import TESTS, WorkerProcess, wait_for
@@ -42,7 +42,7 @@ from worker_transport_redis import internals as redis_internals
 from worker_transport_redis.stock import priority_lists
 
 DB = 14  # this file's database on the shared Redis
-URL = f"redis://127.0.0.1:6379/{DB}"
+URL = redis_db(DB)
 INTERNALS = {"redis": redis_internals, "amqp": amqp_internals}
 
 
@@ -229,7 +229,7 @@ class RedisRun:
 
 @pytest.fixture
 def redis_run() -> Iterator[RedisRun]:
-    require_server(6379, "Redis")
+    require_server(REDIS_PORT, "Redis")
     run = RedisRun()
     yield run
     run.close()

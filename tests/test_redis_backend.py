@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import redis
-from conftest import require_server
+from conftest import REDIS_PORT, redis_db, require_server
 from faults import TcpProxy
 
 from worker_core.app.settings import Settings
@@ -25,12 +25,12 @@ from worker_transport_redis import RedisBackend
 pytestmark = pytest.mark.redis
 
 DB = 10  # this file's database on the shared Redis; keys are per-test task ids
-URL = f"redis://127.0.0.1:6379/{DB}"
+URL = redis_db(DB)
 
 
 @pytest.fixture
 def raw() -> Iterator[redis.Redis]:
-    require_server(6379, "Redis")
+    require_server(REDIS_PORT, "Redis")
     client = redis.Redis.from_url(URL)
     yield client
     client.close()
@@ -258,7 +258,7 @@ def test_a_forked_child_stores_on_its_own_connection_and_the_parent_keeps_workin
 
 def test_wait_for_reads_the_result_again_after_its_connection_comes_back(raw: redis.Redis,
                                                                           task_ids: list[str]) -> None:
-    proxy = TcpProxy("127.0.0.1", 6379)
+    proxy = TcpProxy("127.0.0.1", REDIS_PORT)
     try:
         results = backend(f"redis://127.0.0.1:{proxy.port}/{DB}")
         results.on_task_call(task_ids[0])

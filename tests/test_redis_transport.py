@@ -19,7 +19,7 @@ from typing import Any
 import kombu
 import pytest
 import redis
-from conftest import require_server
+from conftest import REDIS_PORT, redis_db, require_server
 from faults import RedisServer, free_port
 from kombu.asynchronous import Hub
 from kombu.mixins import ConsumerMixin
@@ -39,7 +39,7 @@ STOCK = os.environ.get("WORKER_STOCK_KOMBU", "") not in ("", "0")
 fast_path_only = pytest.mark.skipif(STOCK, reason="WORKER_STOCK_KOMBU=1 turns off the fast path it checks")
 
 DB = 11  # this file's database on the shared Redis; every test uses its own key prefix in it
-URL = f"redis://127.0.0.1:6379/{DB}"
+URL = redis_db(DB)
 TESTS = Path(__file__).resolve().parent
 
 
@@ -82,7 +82,7 @@ class Broker:
 
 @pytest.fixture
 def broker() -> Iterator[Broker]:
-    require_server(6379, "Redis")
+    require_server(REDIS_PORT, "Redis")
     each = Broker()
     yield each
     each.cleanup()
@@ -738,7 +738,7 @@ def test_a_consumer_reconnects_when_its_redis_server_restarts_and_loses_nothing(
 
 
 def test_a_sentinel_url_reaches_the_master_through_our_channel(tmp_path: Path) -> None:
-    require_server(6379, "Redis")
+    require_server(REDIS_PORT, "Redis")
     master = RedisServer(tmp_path).start()
     port = free_port()
     config = tmp_path / "sentinel.conf"

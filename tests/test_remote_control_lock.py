@@ -16,14 +16,14 @@ from collections.abc import Iterator
 import kombu
 import pytest
 from apps import basic
-from conftest import AMQP_TEST_URL, delete_queue, empty_redis, require_server
+from conftest import AMQP_TEST_URL, delete_queue, empty_redis, redis_db, require_server
 from workers import TESTS
 
 from worker_core.app.broker import connection_for
 from worker_core.control.client import broadcast
 from worker_core.protocol import origin_name
 
-REDIS_URL = "redis://127.0.0.1:6379/9"  # this file's own database of the shared Redis
+REDIS_URL = redis_db(9)  # this file's own database of the shared Redis
 OFF = {"WORKER_WORKER_ENABLE_REMOTE_CONTROL": "false"}
 
 

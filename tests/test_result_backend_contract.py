@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import empty_redis
+from conftest import empty_redis, redis_db
 
 from worker_core.app.settings import Settings
 from worker_core.results.disabled import DisabledBackend
@@ -20,7 +20,7 @@ from worker_core.slots import ResultBackend
 from worker_core.testing import result_backend_contract
 from worker_transport_redis.backend import RedisBackend
 
-REDIS_CONTRACT_URL = "redis://127.0.0.1:6379/7"
+REDIS_CONTRACT_URL = redis_db(7)
 
 BACKENDS = ["embedded", "redis", "disabled"]
 CLASSES: dict[str, type[ResultBackend]] = {

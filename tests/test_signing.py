@@ -19,7 +19,7 @@ import attrs
 import kombu
 import pytest
 from certs import Issued, make_authority
-from conftest import delete_queue, empty_redis, require_server
+from conftest import delete_queue, empty_redis, redis_db, require_server
 from kombu.serialization import registry
 from workers import TESTS
 
@@ -29,7 +29,7 @@ from worker_core.app.settings import Settings
 from worker_core.exceptions import ConfigurationError, ContentDisallowed, DecodeError, SecurityError
 from worker_core.protocol import decode_task, task_message
 
-REDIS_SIGNING_URL = "redis://127.0.0.1:6379/12"  # this file's database of the shared Redis
+REDIS_SIGNING_URL = redis_db(12)  # this file's database of the shared Redis
 PASSWORD = "correct horse"
 
 

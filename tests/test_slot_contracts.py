@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FakeSite
+from conftest import FakeSite, redis_db
 
 from worker_core.app.base import App
 from worker_core.app.settings import Settings
@@ -113,7 +113,7 @@ def _instances(tmp_path: Path) -> dict[tuple[str, str], Any]:
         ("pool", "threads"): ThreadPool(PoolOptions(concurrency=1)),
         ("pool", "prefork"): PreforkPool(PoolOptions(concurrency=1)),
         ("transport", "embedded"): EmbeddedTransport(embedded, settings),
-        ("transport", "redis"): RedisTransport("redis://127.0.0.1:6379/8", settings),
+        ("transport", "redis"): RedisTransport(redis_db(8), settings),
         ("transport", "sentinel"): RedisTransport("sentinel://127.0.0.1:26379", sentinel),
         ("transport", "amqp"): AmqpTransport("amqp://guest:guest@127.0.0.1:5672//", settings),
         ("loop", "sync"): SyncLoop(),
@@ -124,7 +124,7 @@ def _instances(tmp_path: Path) -> dict[tuple[str, str], Any]:
         ("failover", "shuffle"): Shuffle(urls),
         ("failover", "priority"): Priority(urls),
         ("result_backend", "embedded"): EmbeddedBackend(embedded, settings),
-        ("result_backend", "redis"): RedisBackend("redis://127.0.0.1:6379/7", settings),
+        ("result_backend", "redis"): RedisBackend(redis_db(7), settings),
         ("result_backend", "sentinel"): RedisBackend("sentinel://127.0.0.1:26379", sentinel),
         ("result_backend", "disabled"): DisabledBackend("disabled", settings),
     }

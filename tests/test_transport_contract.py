@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import AMQP_TEST_URL, empty_redis, require_server
+from conftest import AMQP_TEST_URL, empty_redis, redis_db, require_server
 
 from worker_core.slots import Transport
 from worker_core.testing import transport_contract
@@ -18,7 +18,7 @@ from worker_core.transports.embedded import EmbeddedTransport
 from worker_transport_amqp.transport import AmqpTransport
 from worker_transport_redis.transport import RedisTransport
 
-REDIS_CONTRACT_URL = "redis://127.0.0.1:6379/8"
+REDIS_CONTRACT_URL = redis_db(8)
 
 
 @pytest.fixture(scope="module")
