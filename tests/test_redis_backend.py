@@ -288,3 +288,92 @@ def test_subscriptions_for_results_nobody_waits_for_are_bounded(task_ids: list[s
     assert subscribed == {f"celery-task-meta-{task_id}" for task_id in task_ids[2:5]}
     store_later(task_ids[0], 0.2, "dropped early, still found").join()
     assert results.wait_for(task_ids[0], timeout=5)["result"] == "dropped early, still found"
+
+
+# -- groups and chords -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def group_ids(raw: redis.Redis) -> Iterator[list[str]]:
+    """Fresh group ids; their keys (and a chord's join keys) are deleted afterwards."""
+    ids = [str(uuid.uuid4()) for _ in range(4)]
+    yield ids
+    for group_id in ids:
+        raw.delete(*(f"{prefix}celery-taskset-meta-{group_id}{suffix}" for prefix in ("", "app_")
+                     for suffix in ("", ".s", ".c")))
+
+
+def _celery_group(app: Any, group_id: str, task_ids: list[str], nested: bool = False) -> Any:
+    from celery.result import AsyncResult, GroupResult
+
+    members: list[Any] = [AsyncResult(task_id, app=app) for task_id in task_ids[:2]]
+    if nested:
+        members.append(GroupResult(task_ids[3], [AsyncResult(task_ids[2], app=app)], app=app))
+    return GroupResult(group_id, members, parent=AsyncResult(task_ids[4], app=app), app=app)
+
+
+def test_a_group_is_saved_exactly_as_celery_saves_it_and_each_restores_the_others(
+        raw: redis.Redis, group_ids: list[str], task_ids: list[str]) -> None:
+    ours, theirs = group_ids[:2]
+    celery = celery_backend()
+    ours_tuple = _celery_group(celery.app, ours, task_ids, nested=True).as_tuple()
+    pubsub = raw.pubsub()
+    pubsub.subscribe(f"celery-taskset-meta-{ours}")
+    pubsub.get_message(timeout=1)  # the subscription's confirmation
+    backend(result_expires=600).save_group(ours, ours_tuple)
+    celery.save_group(theirs, _celery_group(celery.app, theirs, task_ids, nested=True))
+    mine, celerys = raw.get(f"celery-taskset-meta-{ours}"), raw.get(f"celery-taskset-meta-{theirs}")
+    assert mine is not None and celerys is not None
+    assert json.loads(mine.replace(ours.encode(), b"<id>")) == \
+        json.loads(celerys.replace(theirs.encode(), b"<id>"))
+    assert 590 < raw.ttl(f"celery-taskset-meta-{ours}") <= 600
+    published = pubsub.get_message(timeout=2)
+    pubsub.close()
+    assert published is not None and published["data"] == mine
+    # each reads the other's
+    restored = celery.restore_group(ours)
+    assert restored.id == ours and [r.id for r in restored.results[:2]] == task_ids[:2]
+    assert restored.results[2].results[0].id == task_ids[2] and restored.parent.id == task_ids[4]
+    assert backend().restore_group(theirs) == json.loads(celerys)["result"]
+    backend().delete_group(theirs)
+    assert celery.restore_group(theirs, cache=False) is None and backend().restore_group(theirs) is None
+
+
+def test_group_keys_take_the_global_keyprefix_as_celerys_do(raw: redis.Redis, group_ids: list[str]) -> None:
+    options = {"global_keyprefix": "app"}
+    backend(result_backend_transport_options=options).save_group(group_ids[0], [[group_ids[0], None], []])
+    backend(result_backend_transport_options=options).set_chord_size(group_ids[0], 3)
+    assert raw.exists(f"app_celery-taskset-meta-{group_ids[0]}") and \
+        raw.get(f"app_celery-taskset-meta-{group_ids[0]}.s") == b"3"
+
+
+def test_a_chords_size_is_recorded_as_celerys_client_records_it(raw: redis.Redis,
+                                                                group_ids: list[str]) -> None:
+    ours, theirs = group_ids[:2]
+    for group_id in (ours, theirs):
+        raw.set(f"celery-taskset-meta-{group_id}.c", "done")  # a previous run's claim
+    backend(result_expires=600, result_chord_expires=300).set_chord_size(ours, 4)
+    celery_backend(result_expires=600, result_chord_expires=300).set_chord_size(theirs, 4)
+    for group_id in (ours, theirs):
+        assert raw.get(f"celery-taskset-meta-{group_id}.s") == b"4"
+        assert 290 < raw.ttl(f"celery-taskset-meta-{group_id}.s") <= 300
+        assert not raw.exists(f"celery-taskset-meta-{group_id}.c")
+
+
+def test_a_chord_header_holding_a_group_is_saved_as_celerys_client_saves_it(
+        raw: redis.Redis, group_ids: list[str], task_ids: list[str]) -> None:
+    ours, theirs, plain = group_ids[:3]
+    celery = celery_backend()
+    mine = backend()
+    mine.apply_chord(plain, _celery_group(celery.app, plain, task_ids).as_tuple())
+    assert not raw.exists(f"celery-taskset-meta-{plain}")  # tasks only: nothing to keep
+    mine.apply_chord(ours, _celery_group(celery.app, ours, task_ids, nested=True).as_tuple())
+    header = _celery_group(celery.app, theirs, task_ids, nested=True)
+    celery.apply_chord((header.id, header.results), None)
+    stored_ours = raw.get(f"celery-taskset-meta-{ours}")
+    stored_theirs = raw.get(f"celery-taskset-meta-{theirs}")
+    assert stored_ours is not None and stored_theirs is not None
+    # Celery's header has no parent here: compare the members
+    assert json.loads(stored_ours)["result"][1] == json.loads(stored_theirs)["result"][1]
+    assert raw.ttl(f"celery-taskset-meta-{ours}") == raw.ttl(f"celery-taskset-meta-{theirs}") or \
+        abs(raw.ttl(f"celery-taskset-meta-{ours}") - raw.ttl(f"celery-taskset-meta-{theirs}")) <= 1

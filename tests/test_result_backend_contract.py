@@ -108,6 +108,34 @@ def test_a_broken_promise_that_a_success_is_final_is_caught(redis_db: str) -> No
            "promises success_is_final, yet a FAILURE stored after the SUCCESS left")
 
 
+def test_a_backend_that_does_not_keep_deleted_groups_away_is_caught(tmp_path: Path) -> None:
+    class Sticky(EmbeddedBackend):
+        def delete_group(self, group_id: str) -> None:
+            """Deletes nothing."""
+
+    _fails(Sticky, f"embedded://{tmp_path}/r.db", "saved_groups_restore_as_saved_when_offered",
+           "after delete_group() the group restores as [[")
+
+
+def test_a_backend_that_restores_groups_in_another_shape_is_caught(tmp_path: Path) -> None:
+    class Flattening(EmbeddedBackend):
+        def restore_group(self, group_id: str) -> Any | None:
+            saved = super().restore_group(group_id)
+            return None if saved is None else [saved[0], [child for child in saved[1] if child[1] is None]]
+
+    _fails(Flattening, f"embedded://{tmp_path}/r.db", "saved_groups_restore_as_saved_when_offered",
+           "restore_group() gave")
+
+
+def test_the_checks_of_a_capability_apply_only_to_backends_offering_it() -> None:
+    names = {name: [result_backend_contract.check_name(check) for backend, check in CASES if backend == name]
+             for name in ("embedded", "redis")}
+    assert "saved_groups_restore_as_saved_when_offered" in names["embedded"]
+    assert "a_chord_join_can_be_prepared_when_offered" not in names["embedded"]
+    assert {"saved_groups_restore_as_saved_when_offered", "a_chord_join_can_be_prepared_when_offered"} <= set(
+        names["redis"])
+
+
 def test_a_backend_ignoring_result_extended_is_caught(tmp_path: Path) -> None:
     class Terse(EmbeddedBackend):
         def __init__(self, url: str, settings: Settings) -> None:

@@ -11,7 +11,8 @@ what every implementation must have: the plugin manager refuses a class that lac
 when it loads the class, naming each missing member. Everything optional is a small capability
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
-:class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`): a plugin offers
+:class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
+:class:`SavesGroups`, :class:`JoinsChords`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -43,12 +44,14 @@ __all__ = [
     "EventLoop",
     "FailoverStrategy",
     "FixedConcurrency",
+    "JoinsChords",
     "LoopContext",
     "OffersResultBackend",
     "Pool",
     "PoolFactory",
     "PoolOptions",
     "ResultBackend",
+    "SavesGroups",
     "SharesOneQueue",
     "SuccessIsFinal",
     "Transport",
@@ -500,7 +503,8 @@ class ResultBackend(Protocol):
     **Waiting.** :meth:`wait_for` must raise :class:`worker_core.exceptions.ResultTimeout` (a
     ``TimeoutError``) once ``timeout`` passes, saying which task and its last state.
 
-    **Optional capabilities**: :class:`SuccessIsFinal`, :class:`DiscardsResults`.
+    **Optional capabilities**: :class:`SuccessIsFinal`, :class:`DiscardsResults`,
+    :class:`SavesGroups`, :class:`JoinsChords`.
 
     The contract suite in :mod:`worker_core.testing.result_backend_contract` checks all of this.
     """
@@ -576,6 +580,63 @@ class DiscardsResults(Protocol):
     discards_results: ClassVar[bool]
 
 
+@runtime_checkable
+class SavesGroups(Protocol):
+    """A result backend that keeps a group's result (its id and its tasks' ids) for later, as
+    Celery's ``GroupResult.save()``/``restore()``/``delete()`` do.
+
+    ``result`` is Celery's result tuple of the group, as plain lists:
+    ``[[group_id, parent], [child, ...]]``, where each child is ``[[task_id, parent], None]`` for
+    a task (``parent`` the same form, or None) or a group's tuple for a group. Stored as Celery
+    stores it, ``{"result": result}`` in kombu JSON (Redis: ``celery-taskset-meta-<group_id>``,
+    kept ``result_expires`` and published on a channel of the same name), so a Celery client
+    restores what this one saved and the reverse.
+
+    Without it, ``GroupResult.save()`` and ``GroupResult.restore()`` raise ``ConfigurationError``
+    naming the backend and what to configure. The contract suite checks it when offered.
+    """
+
+    def save_group(self, group_id: str, result: Any) -> None:
+        """Store ``result`` (the group's tuple, above) under ``group_id``, replacing what was
+        there. Raise ``ResultError`` when it cannot be stored."""
+
+    def restore_group(self, group_id: str) -> Any | None:
+        """The tuple saved under ``group_id`` (lists, as JSON gives them back), or None when
+        nothing is saved there."""
+
+    def delete_group(self, group_id: str) -> None:
+        """Delete what is saved under ``group_id``; an unknown id is no error."""
+
+
+@runtime_checkable
+class JoinsChords(Protocol):
+    """A result backend that joins a chord's header natively, as Celery's Redis backend does:
+    header results are counted as they are stored, and the worker storing the last one sends the
+    body. This Protocol declares what a client calls before it sends the header.
+
+    Called by a client sending a chord, in this order: :meth:`apply_chord` once the header's
+    tasks have their ids, then, just before the header's last task is sent,
+    :meth:`set_chord_size` with the number of results the body waits for (as Celery's client
+    does, so a header task that finishes early cannot see a complete chord). On Redis:
+    ``celery-taskset-meta-<group_id>.s`` holds the size, as Celery's Redis backend keeps it, so
+    Celery workers count a chord this client sent.
+
+    Without it, sending a chord raises ``ConfigurationError`` naming the backend and saying to
+    configure one that joins chords (Redis).
+    """
+
+    def apply_chord(self, group_id: str, header: Any) -> None:
+        """Prepare the join of the chord whose header is the group ``group_id``; ``header`` is
+        its result tuple (see :class:`SavesGroups`). A backend that joins the results it
+        counted as they came in keeps nothing here, except for a header holding groups of its
+        own, whose shape it must keep to give the body nested lists (Redis: the header is saved
+        as a group)."""
+
+    def set_chord_size(self, group_id: str, size: int) -> None:
+        """Record that the chord of header ``group_id`` waits for ``size`` results, starting a
+        new count (sending a frozen chord again reuses its group id)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Which Protocols belong to which slot
 # ---------------------------------------------------------------------------------------------
@@ -597,5 +658,5 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "loop": (),
     "autoscaler": (),
     "failover": (),
-    "result_backend": (SuccessIsFinal, DiscardsResults),
+    "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords),
 }

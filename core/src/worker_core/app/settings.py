@@ -150,6 +150,10 @@ class Settings:
     result_expires: float | None = attrs.field(default=86400.0,
                                                validator=_check(NUMBER, optional=True, minimum=0))
     result_extended: bool = attrs.field(default=False, validator=_check(bool))
+    #: seconds a chord's join state (its size, its header) is kept in the result backend; None:
+    #: ``result_expires``
+    result_chord_expires: float | None = attrs.field(default=None,
+                                                     validator=_check(NUMBER, optional=True, minimum=0))
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                                      validator=_check(dict))

@@ -1,5 +1,6 @@
 """Task results in the embedded SQLite file (the embedded transport's file, its own table), in
-Celery's format; safe to use from threads and from forked children."""
+Celery's format, and saved group results in a second table; safe to use from threads and from
+forked children."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from .meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 if TYPE_CHECKING:
     from ..app.settings import Settings
-    from ..slots import ResultBackend, SuccessIsFinal
+    from ..slots import ResultBackend, SavesGroups, SuccessIsFinal
 
 __all__ = ["EmbeddedBackend"]
 
@@ -42,6 +43,11 @@ CREATE TABLE IF NOT EXISTS results (
     expires_at REAL
 );
 CREATE INDEX IF NOT EXISTS results_expiring ON results (expires_at) WHERE expires_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS groups (
+    group_id TEXT PRIMARY KEY,
+    meta TEXT NOT NULL,
+    expires_at REAL
+);
 COMMIT;
 """
 _VISIBLE = "(expires_at IS NULL OR expires_at > :now)"
@@ -52,7 +58,8 @@ def _create_table(connection: sqlite3.Connection) -> None:
 
 
 class EmbeddedBackend:
-    """Stores each task's meta as kombu JSON (datetimes, UUIDs, Decimals and bytes round-trip)."""
+    """Stores each task's meta as kombu JSON (datetimes, UUIDs, Decimals and bytes round-trip),
+    and saved groups as Celery's ``{"result": <group tuple>}``."""
 
     #: Like Celery, a SUCCESS stays: a late duplicate run cannot overwrite it.
     success_is_final: ClassVar[bool] = True
@@ -136,6 +143,33 @@ class EmbeddedBackend:
     def close(self) -> None:
         self._db.close()
 
+    # -- groups ------------------------------------------------------------------------------------
+
+    def save_group(self, group_id: str, result: Any) -> None:
+        now = time.time()
+        params = {"group_id": group_id, "meta": dumps({"result": result}),
+                  "expires_at": None if self.expires is None else now + self.expires}
+        with self._using(f"save group {group_id}") as conn:
+            conn.execute("INSERT OR REPLACE INTO groups (group_id, meta, expires_at) "
+                         "VALUES (:group_id, :meta, :expires_at)", params)
+        self._maybe_prune(now)
+
+    def restore_group(self, group_id: str) -> Any | None:
+        with self._using(f"restore group {group_id}") as conn:
+            row = conn.execute(f"SELECT meta FROM groups WHERE group_id = :group_id AND {_VISIBLE}",
+                               {"group_id": group_id, "now": time.time()}).fetchone()
+        if row is None:
+            return None
+        meta = loads(row[0])
+        if not isinstance(meta, dict) or "result" not in meta:
+            raise ResultError(
+                f"the saved group {group_id} in {self.path!r} is not Celery's format: {row[0]!r}")
+        return meta["result"]
+
+    def delete_group(self, group_id: str) -> None:
+        with self._using(f"delete group {group_id}") as conn:
+            conn.execute("DELETE FROM groups WHERE group_id = ?", (group_id,))
+
     def _maybe_prune(self, now: float) -> None:
         if time.monotonic() < self._next_prune:
             return
@@ -143,6 +177,7 @@ class EmbeddedBackend:
         try:
             with self._using("delete expired results") as conn:
                 conn.execute("DELETE FROM results WHERE expires_at <= ?", (now,))
+                conn.execute("DELETE FROM groups WHERE expires_at <= ?", (now,))
         except ResultError as exc:
             # Housekeeping only: expired rows are invisible anyway, and the next prune retries.
             logger.warning("%s", exc)
@@ -160,3 +195,4 @@ if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _BACKEND: type[ResultBackend] = EmbeddedBackend
     _FINAL: type[SuccessIsFinal] = EmbeddedBackend
+    _GROUPS: type[SavesGroups] = EmbeddedBackend

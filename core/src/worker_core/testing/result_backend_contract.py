@@ -17,7 +17,9 @@ or, to see each check as its own pytest test::
 
 Each check raises ``AssertionError`` naming the backend and what it did wrong. A backend that
 :class:`~worker_core.slots.DiscardsResults` is checked for that promise instead of the round trips;
-one that promises :class:`~worker_core.slots.SuccessIsFinal` is checked for it.
+one that promises :class:`~worker_core.slots.SuccessIsFinal` is checked for it; one that
+:class:`~worker_core.slots.SavesGroups` or :class:`~worker_core.slots.JoinsChords` is checked for
+what those capabilities declare.
 
 One module, as every shipped suite: a third party imports one name and runs it.
 """
@@ -30,7 +32,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
@@ -41,7 +43,7 @@ from ..app.settings import Settings
 from ..exceptions import BackendDisabled, ResultTimeout
 from ..plugins.conformance import conformance_problem
 from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
-from ..slots import DiscardsResults, ResultBackend, SuccessIsFinal
+from ..slots import DiscardsResults, JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
 
 __all__ = ["CHECKS", "Check", "applies", "check_name", "full_request", "run_all"]
 
@@ -101,6 +103,7 @@ class _Store:
         self.settings = settings or Settings()
         self.instances: list[ResultBackend] = []
         self.ids: list[str] = []
+        self.group_ids: list[str] = []
         self.backend = self.build()
 
     def build(self, **changes: Any) -> ResultBackend:
@@ -113,6 +116,11 @@ class _Store:
         self.ids.append(task_id)
         return task_id
 
+    def new_group_id(self) -> str:
+        group_id = _new_id()
+        self.group_ids.append(group_id)
+        return group_id
+
     def meta(self, task_id: str, backend: ResultBackend | None = None) -> Mapping[str, Any]:
         meta = (backend or self.backend).get_task_meta(task_id)
         _expect(isinstance(meta, Mapping), f"{self.label}.get_task_meta() returned {meta!r}, not a mapping")
@@ -123,6 +131,10 @@ class _Store:
             for task_id in self.ids:
                 with contextlib.suppress(Exception):
                     self.backend.forget(task_id)
+        if isinstance(self.backend, SavesGroups):
+            for group_id in self.group_ids:
+                with contextlib.suppress(Exception):
+                    self.backend.delete_group(group_id)
         for instance in self.instances:
             with contextlib.suppress(Exception):
                 instance.close()
@@ -146,6 +158,20 @@ def _round_trips(check: Check) -> Check:
     checked by :func:`check_a_backend_that_discards_results_keeps_its_promise` instead."""
     _ROUND_TRIPS.add(check.__name__)
     return check
+
+
+#: The checks of an optional capability, by name: they say nothing about a backend without it.
+_OFFERED: dict[str, type] = {}
+
+
+def _when_offered(capability: type) -> Callable[[Check], Check]:
+    """Marks a check of ``capability``: it applies to backends that offer it (see
+    :func:`applies`) and passes for the others."""
+    def mark(check: Check) -> Check:
+        _OFFERED[check.__name__] = capability
+        return check
+
+    return mark
 
 
 def _store_later(backend: ResultBackend, task_id: str, value: Any) -> threading.Thread:
@@ -478,6 +504,76 @@ def check_store_result_is_safe_from_several_threads(backend: type[ResultBackend]
                            f"wrong, for example {wrong[:3]!r}")
 
 
+@_when_offered(SavesGroups)
+def check_saved_groups_restore_as_saved_when_offered(backend: type[ResultBackend], url: str, *,
+                                                     settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.SavesGroups`: a group's result tuple (tasks with and
+    without parents, a nested group) restores as it was saved, from another instance too; a
+    second save replaces the first; an unknown or deleted group restores as None, and deleting an
+    unknown one is no error."""
+    declared: object = backend
+    if not isinstance(declared, SavesGroups):
+        return
+    with _store(backend, url, settings) as store:
+        groups = store.backend
+        assert isinstance(groups, SavesGroups)
+        group_id, inner, first, second, third = (store.new_group_id(), _new_id(), _new_id(), _new_id(),
+                                                 _new_id())
+        saved = [[group_id, None], [
+            [[first, None], None],
+            [[second, [[first, None], None]], None],
+            [[inner, None], [[[third, None], None]]],
+        ]]
+        groups.save_group(group_id, saved)
+        restored = groups.restore_group(group_id)
+        _expect(restored == saved, f"{store.label}.restore_group() gave {restored!r} for the saved {saved!r}")
+        other = store.build()
+        assert isinstance(other, SavesGroups)
+        _expect(other.restore_group(group_id) == saved,
+                f"{store.label}: another instance restored {other.restore_group(group_id)!r} for {saved!r}")
+        again = [[group_id, [[first, None], None]], [[[second, None], None]]]
+        groups.save_group(group_id, again)
+        _expect(groups.restore_group(group_id) == again,
+                f"{store.label}: a second save_group() left {groups.restore_group(group_id)!r}, not "
+                f"{again!r}")
+        groups.delete_group(group_id)
+        _expect(groups.restore_group(group_id) is None,
+                f"{store.label}: after delete_group() the group restores as "
+                f"{groups.restore_group(group_id)!r}")
+        unknown = _new_id()
+        _expect(groups.restore_group(unknown) is None,
+                f"{store.label}.restore_group() of an unknown group gave {groups.restore_group(unknown)!r}")
+        groups.delete_group(unknown)
+
+
+@_when_offered(JoinsChords)
+def check_a_chord_join_can_be_prepared_when_offered(backend: type[ResultBackend], url: str, *,
+                                                    settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.JoinsChords`: what a client calls before it sends a
+    chord's header (``apply_chord`` with a header of tasks and one holding a group, then
+    ``set_chord_size``, and both again for a chord sent a second time) is accepted."""
+    declared: object = backend
+    if not isinstance(declared, JoinsChords):
+        return
+    with _store(backend, url, settings) as store:
+        chords = store.backend
+        assert isinstance(chords, JoinsChords)
+        plain, nested = store.new_group_id(), store.new_group_id()
+        headers = {
+            plain: [[plain, None], [[[_new_id(), None], None], [[_new_id(), None], None]]],
+            nested: [[nested, None], [[[_new_id(), None], None],
+                                      [[_new_id(), None], [[[_new_id(), None], None]]]]],
+        }
+        for _ in range(2):
+            for group_id, header in headers.items():
+                try:
+                    chords.apply_chord(group_id, header)
+                    chords.set_chord_size(group_id, 2)
+                except Exception as exc:
+                    raise AssertionError(f"{store.label} joins chords, yet preparing the chord of group "
+                                         f"{group_id} with header {header!r} raised {exc!r}") from exc
+
+
 def check_a_backend_that_discards_results_keeps_its_promise(backend: type[ResultBackend], url: str, *,
                                                             settings: Settings | None = None) -> None:
     """With :class:`~worker_core.slots.DiscardsResults`: every ``store_result`` the worker makes is
@@ -523,6 +619,8 @@ CHECKS: tuple[Check, ...] = (
     check_result_extended_stores_the_request_fields,
     check_store_result_takes_every_request_the_worker_passes,
     check_store_result_is_safe_from_several_threads,
+    check_saved_groups_restore_as_saved_when_offered,
+    check_a_chord_join_can_be_prepared_when_offered,
     check_a_backend_that_discards_results_keeps_its_promise,
 )
 
@@ -534,7 +632,10 @@ def check_name(check: Check) -> str:
 
 def applies(check: Check, backend: type[ResultBackend]) -> bool:
     """Whether ``check`` says anything about ``backend``: a backend that discards results has no
-    round trips to check."""
+    round trips to check, and one without an optional capability nothing of it to check."""
+    capability = _OFFERED.get(check.__name__)
+    if capability is not None and not isinstance(backend, capability):
+        return False
     return check.__name__ not in _ROUND_TRIPS or not _discards(backend)
 
 

@@ -1,5 +1,6 @@
 """The Redis result backend: Celery's keys and values, one round trip per stored result, and
-waiting on pub/sub as Celery's client does, so Celery clients and workers share the results."""
+waiting on pub/sub as Celery's client does, so Celery clients and workers share the results;
+saved groups and what a chord's join needs, in Celery's keys too."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from .backend_options import check_backend
 
 if TYPE_CHECKING:
     from worker_core.app.settings import Settings
-    from worker_core.slots import ResultBackend, SuccessIsFinal
+    from worker_core.slots import JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
 
     from .listener import ResultListener
 
@@ -86,6 +87,8 @@ class RedisBackend:
                                     settings.redis_backend_use_ssl)
         self.expires = settings.result_expires
         self.extended = settings.result_extended
+        self.chord_expires = (settings.result_expires if settings.result_chord_expires is None
+                              else settings.result_chord_expires)
         self._lock = threading.Lock()
         self._connected: _Connected | None = None
 
@@ -144,6 +147,64 @@ class RedisBackend:
     def forget(self, task_id: str) -> None:
         key = self.key_for(task_id)
         self._retrying(f"forget the result of task {task_id}", lambda connected: connected.client.delete(key))
+
+    # -- groups and chords ---------------------------------------------------------------------
+
+    def group_key(self, group_id: str, suffix: str = "") -> str:
+        return f"{self.config.group_prefix}{group_id}{suffix}"
+
+    def save_group(self, group_id: str, result: Any) -> None:
+        """``celery-taskset-meta-<group_id>`` = ``{"result": result}``, kept ``result_expires``
+        and published on a channel of the same name, as Celery saves a GroupResult."""
+        key, value = self.group_key(group_id), dumps({"result": result})
+        seconds = round(self.expires) if self.expires else 0
+
+        def save(connected: _Connected) -> Any:
+            with connected.client.pipeline() as pipe:
+                pipe.set(key, value, ex=seconds or None)
+                pipe.publish(key, value)
+                return pipe.execute()
+
+        self._retrying(f"save group {group_id}", save)
+
+    def restore_group(self, group_id: str) -> Any | None:
+        key = self.group_key(group_id)
+        value = self._retrying(f"restore group {group_id}", lambda connected: connected.client.get(key))
+        if value is None:
+            return None
+        try:
+            meta = _decode(value)
+        except ValueError as exc:
+            raise ResultError(f"the saved group {group_id} ({key}) is not Celery's format: {exc}") from exc
+        if "result" not in meta:
+            raise ResultError(f"the saved group {group_id} ({key}) has no 'result': {meta!r}")
+        return meta["result"]
+
+    def delete_group(self, group_id: str) -> None:
+        key = self.group_key(group_id)
+        self._retrying(f"delete group {group_id}", lambda connected: connected.client.delete(key))
+
+    def apply_chord(self, group_id: str, header: Any) -> None:
+        """Save the header as a group when a part of it is a group itself (its shape is what the
+        body gets), kept ``result_chord_expires``: what Celery's Redis backend does; a header
+        of plain tasks needs nothing before it is sent."""
+        _, children = header
+        if any(child[1] is not None for child in children):
+            self._set_chord_key(group_id, "", dumps({"result": header}))
+
+    def set_chord_size(self, group_id: str, size: int) -> None:
+        """``<group key>.s`` = ``size``, after deleting ``<group key>.c`` (the claim of a previous
+        run of a chord sent again under the same group id), as Celery's Redis backend does."""
+        claim = self.group_key(group_id, ".c")
+        self._retrying(f"reset the chord of group {group_id}",
+                       lambda connected: connected.client.delete(claim))
+        self._set_chord_key(group_id, ".s", size)
+
+    def _set_chord_key(self, group_id: str, suffix: str, value: Any) -> None:
+        key = self.group_key(group_id, suffix)
+        seconds = round(self.chord_expires) if self.chord_expires else None
+        self._retrying(f"store the chord state of group {group_id}",
+                       lambda connected: connected.client.set(key, value, ex=seconds))
 
     def close(self) -> None:
         with self._lock:
@@ -213,3 +274,5 @@ if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _BACKEND: type[ResultBackend] = RedisBackend
     _FINAL: type[SuccessIsFinal] = RedisBackend
+    _GROUPS: type[SavesGroups] = RedisBackend
+    _CHORDS: type[JoinsChords] = RedisBackend

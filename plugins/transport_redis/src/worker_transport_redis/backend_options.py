@@ -43,6 +43,8 @@ class BackendConfig:
         if prefix and prefix[-1] not in ":_-.":
             prefix += "_"
         self.key_prefix = f"{prefix}celery-task-meta-"
+        #: saved groups, and a chord's join state (its size: ``<group key>.s``)
+        self.group_prefix = f"{prefix}celery-taskset-meta-"
         policy = dict(DEFAULT_RETRY_POLICY)
         policy.update(self.options.get("retry_policy") or {})
         self.retry_policy = policy
