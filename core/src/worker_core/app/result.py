@@ -1,24 +1,32 @@
-"""``AsyncResult``: a handle on a sent task's state and return value."""
+"""``AsyncResult``: a handle on a sent task's state and return value, and on the tasks before it
+(``parent``, set by a chain) and those it sent (``children``, as the worker stored them)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..results.meta import FAILURE, PROPAGATE_STATES, READY_STATES, SUCCESS, decode_result
 
 if TYPE_CHECKING:
     from .base import App
+    from .groupresult import GroupResult
 
 __all__ = ["AsyncResult"]
 
 
 class AsyncResult:
-    """The state and result of one task, read from the app's result backend."""
+    """The state and result of one task, read from the app's result backend.
 
-    def __init__(self, id: str, app: App) -> None:
+    ``parent`` is the result of the task before this one in a chain (a GroupResult for a chord's
+    header), as the client that sent the workflow knows it; ``children`` are the results of the
+    tasks this one sent, as the worker stored them.
+    """
+
+    def __init__(self, id: str, app: App, parent: AsyncResult | GroupResult | None = None) -> None:
         self.id = id
         self.app = app
+        self.parent = parent
         self._ready_meta: Mapping[str, Any] | None = None
 
     @property
@@ -33,12 +41,18 @@ class AsyncResult:
             self._ready_meta = meta
         return meta
 
-    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5) -> Any:
+    def get(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5,
+            follow_parents: bool = True) -> Any:
         """Wait for the task to finish and return its value.
 
         :param timeout: seconds to wait; ``ResultTimeout`` after that.
         :param propagate: re-raise the task's exception (as its own type) if it failed.
+        :param follow_parents: with ``propagate``, first re-raise the exception of a task before
+            this one in its chain that has already failed (the first one, as Celery does).
         """
+        if follow_parents and propagate and self.parent is not None:
+            for node in reversed(list(self._parents())):
+                node.maybe_throw()
         if self._ready_meta is None:
             meta = self.app.backend.wait_for(self.id, timeout=timeout, interval=interval)
             self._ready_meta = meta
@@ -49,6 +63,20 @@ class AsyncResult:
         return value
 
     wait = get
+
+    def _parents(self) -> Iterator[AsyncResult | GroupResult]:
+        node = self.parent
+        while node is not None:
+            yield node
+            node = node.parent
+
+    def maybe_throw(self, propagate: bool = True) -> None:
+        """Raise the task's exception if it has failed (reads its state; does not wait)."""
+        meta = self._meta()
+        if propagate and meta.get("status") in PROPAGATE_STATES:
+            value = decode_result(meta)
+            if isinstance(value, BaseException):
+                raise value
 
     def revoke(self, terminate: bool = False, signal: str | int | None = None) -> None:
         """Ask every worker to discard this task, and with ``terminate`` to kill the process
@@ -89,8 +117,31 @@ class AsyncResult:
         return self.state == FAILURE
 
     def forget(self) -> None:
+        """Delete the stored result of this task and of the tasks before it."""
         self._ready_meta = None
         self.app.backend.forget(self.id)
+        if self.parent is not None:
+            self.parent.forget()
+
+    @property
+    def children(self) -> list[AsyncResult | GroupResult]:
+        """The results of the tasks this task sent (its callbacks, the next step of its chain,
+        ...), read from the ``children`` the worker stored with its result (Celery's result
+        tuples); empty until the task has finished."""
+        from .groupresult import result_from_tuple
+
+        return [result_from_tuple(child, self.app) for child in self._meta().get("children") or ()]
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        """Celery's result tuple: ``((id, parent's tuple or None), None)``."""
+        return (self.id, self.parent.as_tuple() if self.parent is not None else None), None
+
+    def as_list(self) -> list[str]:
+        """This task's id, then its parents' (for a chain: last to first)."""
+        ids = [self.id]
+        if self.parent is not None:
+            ids.extend(self.parent.as_list())
+        return ids
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AsyncResult) and other.id == self.id

@@ -1,0 +1,53 @@
+"""What canvas needs of the app's result backend (its optional capabilities), asked for before
+anything is sent, with an error naming the backend and what to configure when it lacks them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..exceptions import ConfigurationError
+from ..redaction import redact_url
+from ..slots import JoinsChords, SavesGroups
+
+if TYPE_CHECKING:
+    from ..app.base import App
+
+__all__ = ["require_chords", "require_groups"]
+
+_EXAMPLE = "App(..., backend='redis://localhost:6379/1') or the result_backend setting"
+
+
+def _describe(app: App) -> str:
+    backend = app.backend
+    return f"{type(backend).__module__}.{type(backend).__qualname__} ({redact_url(app.result_url())})"
+
+
+def require_chords(app: App) -> JoinsChords:
+    """The app's result backend, which must join chords (:class:`~worker_core.slots.JoinsChords`).
+
+    :raise ConfigurationError: it cannot; nothing has been sent.
+    """
+    backend = app.backend
+    if isinstance(backend, JoinsChords):
+        return backend
+    raise ConfigurationError(
+        f"a chord needs a result backend that joins the header's results and sends the body, and "
+        f"the result backend {_describe(app)} cannot: use the Redis result backend, for example "
+        f"{_EXAMPLE} (worker-transport-redis)"
+    )
+
+
+def require_groups(app: App) -> SavesGroups:
+    """The app's result backend, which must save group results
+    (:class:`~worker_core.slots.SavesGroups`).
+
+    :raise ConfigurationError: it cannot.
+    """
+    backend = app.backend
+    if isinstance(backend, SavesGroups):
+        return backend
+    raise ConfigurationError(
+        f"saving or restoring a group's result needs a result backend that keeps groups, and the "
+        f"result backend {_describe(app)} does not: use the embedded or the Redis result backend, "
+        f"for example {_EXAMPLE}"
+    )
