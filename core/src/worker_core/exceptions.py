@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendDisabled",
+    "CanvasError",
     "ConfigurationError",
     "ConnectionLostError",
     "ContentDisallowed",
@@ -113,6 +114,11 @@ class ConnectionLostError(TransportError):
 
 class ProtocolError(WorkerError, ValueError):
     """A message does not follow the task protocol: missing or ill-typed headers or body."""
+
+
+class CanvasError(WorkerError, ValueError):
+    """A signature or workflow is malformed (a message's embed, a signature's dict) or cannot be
+    sent as it is."""
 
 
 class ContentDisallowed(ProtocolError):

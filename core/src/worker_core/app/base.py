@@ -23,6 +23,7 @@ from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
 from ..selection import default_result_url
 from ..slots import ResultBackend
+from . import sending
 from .broker import connect_for_publishing, task_queue
 from .context import current_context
 from .result import AsyncResult
@@ -30,7 +31,9 @@ from .settings import Settings, check_names, from_object, settings_from
 from .task import Task
 
 if TYPE_CHECKING:
+    from ..canvas.signatures import Signature
     from ..signing.serializer import SignedSerializer
+    from .groupresult import GroupResult as _GroupResult
 
     # Inside App the name AsyncResult is the method, so annotations there use this alias.
     from .result import AsyncResult as _AsyncResult
@@ -106,6 +109,7 @@ class App:
         self._hook_plugins: dict[str, object] = {}
         self._backend: ResultBackend | None = None
         self._backend_pid = 0
+        self._group_result: type[_GroupResult] | None = None
         self._local = threading.local()
         self._signer: SignedSerializer | None = None
         self._signed_body_serializer = "json"
@@ -219,6 +223,42 @@ class App:
     def AsyncResult(self, task_id: str) -> AsyncResult:
         return AsyncResult(task_id, self)
 
+    @property
+    def GroupResult(self) -> type[_GroupResult]:
+        """The GroupResult class bound to this app: ``app.GroupResult(group_id, results)``,
+        ``app.GroupResult.restore(group_id)``."""
+        bound = self._group_result
+        if bound is None:
+            from .groupresult import GroupResult
+
+            bound = self._group_result = type("GroupResult", (GroupResult,), {"bound_app": self})
+        return bound
+
+    # -- canvas ----------------------------------------------------------------------------------
+
+    def signature(self, task: Any, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                  options: Mapping[str, Any] | None = None, **more: Any) -> Signature:
+        """A signature of the task named ``task`` (it need not be registered here), or one
+        rebuilt from a signature's dict, sending with this app: ``app.signature("proj.add",
+        (2, 2), countdown=10)``."""
+        from ..canvas.kinds import maybe_signature
+        from ..canvas.signatures import Signature
+
+        if isinstance(task, Mapping):
+            copy: Signature = maybe_signature(task, app=self, clone=True)
+            return copy
+        return Signature(task, args, kwargs, options, app=self, **more)
+
+    @property
+    def thread_oid(self) -> str:
+        """This thread's id as a client of this app: the ``reply_to`` of the tasks it freezes, as
+        Celery names its clients (only an RPC result backend reads it)."""
+        state = self._local
+        oid: str | None = getattr(state, "oid", None)
+        if oid is None:
+            oid = state.oid = str(uuid.uuid4())
+        return oid
+
     # -- sending ---------------------------------------------------------------------------------
 
     def route(self, name: str, queue: str | None = None) -> str:
@@ -252,8 +292,19 @@ class App:
         group_id: str | None = None,
         serializer: str | None = None,
         shadow: str | None = None,
+        **options: Any,
     ) -> _AsyncResult:
-        """Send a task by name (it need not be registered here) and return its result handle."""
+        """Send a task by name (it need not be registered here) and return its result handle.
+
+        ``options`` are those of canvas, as Celery's client takes them (see
+        :func:`.sending.extra_options`): ``link``/``link_error`` (a signature or a list of them,
+        sent with the return value once the task succeeds, with its id if it fails), ``chain``
+        (the signatures to run after it, last first), ``chord`` (the body of the chord whose
+        header it is part of), ``group_index`` (its place in the group ``group_id``),
+        ``headers`` (added to the message's), ``reply_to``, ``route_name`` (route it as that
+        task), ``argsrepr``/``kwargsrepr`` (how its arguments are shown), Celery's stamps, and
+        the publish's ``retry``/``retry_policy``.
+        """
         if not isinstance(name, str) or not name:
             raise TypeError(f"task name must be a non-empty string (got {name!r})")
         if args is not None and not isinstance(args, (list, tuple)):
@@ -269,13 +320,26 @@ class App:
             parent_id = parent_id or current.id
             root_id = root_id or current.root_id
         ignore = self.settings.task_ignore_result if ignore_result is None else ignore_result
-        message = task_message(
-            name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
-            retries=retries, time_limit=time_limit, soft_time_limit=soft_time_limit,
-            root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
-            ignore_result=ignore,
-        )
-        queue_name = self.route(name, queue)
+        if not options:  # a plain task: the hot path, nothing more than it always did
+            message = task_message(
+                name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
+                retries=retries, time_limit=time_limit, soft_time_limit=soft_time_limit,
+                root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
+                ignore_result=ignore,
+            )
+            queue_name = self.route(name, queue)
+        else:
+            extra = sending.extra_options(self, name, options)
+            message = task_message(
+                name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
+                retries=retries, time_limit=time_limit, soft_time_limit=soft_time_limit,
+                root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
+                ignore_result=ignore, **extra.message,
+            )
+            if extra.headers:
+                message.headers.update(extra.headers)
+            queue_name = self.route(extra.route_name or name, queue)
+            message.properties.update(extra.publish)  # _publish takes retry and retry_policy
         if not ignore:
             self.backend.on_task_call(task_id)
         self._publish(name, message.body, queue_name, serializer or self.settings.task_serializer,
@@ -285,6 +349,7 @@ class App:
         return AsyncResult(task_id, self)
 
     def _publish(self, name: str, body: Any, queue: str, serializer: str, headers: dict[str, Any],
+                 retry: bool | None = None, retry_policy: Mapping[str, Any] | None = None,
                  **properties: Any) -> None:
         state = self._local
         if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
@@ -292,11 +357,12 @@ class App:
             state.pid = os.getpid()
             state.declared = set()
         declare = [] if queue in state.declared else [task_queue(queue, self.settings)]
+        policy = PUBLISH_RETRY_POLICY if retry_policy is None else dict(PUBLISH_RETRY_POLICY, **retry_policy)
         hooks = self.plugins.hooks
         if "before_task_publish" in hooks.implemented:
             hooks.caller("before_task_publish")(name=name, body=body, exchange="", routing_key=queue,
                                                 headers=headers, properties=properties, declare=declare,
-                                                retry_policy=PUBLISH_RETRY_POLICY)
+                                                retry_policy=policy)
         message = body
         kwargs = {k: v for k, v in properties.items() if v is not None}
         if serializer == "json":
@@ -311,8 +377,8 @@ class App:
             kwargs["serializer"] = serializer
         state.producer.publish(
             body, exchange="", routing_key=queue, delivery_mode=2, headers=headers,
-            declare=declare, retry=self.settings.task_publish_retry,
-            retry_policy=PUBLISH_RETRY_POLICY, **kwargs,
+            declare=declare, retry=self.settings.task_publish_retry if retry is None else retry,
+            retry_policy=policy, **kwargs,
         )
         state.declared.add(queue)
         if "after_task_publish" in hooks.implemented:

@@ -175,6 +175,8 @@ class Settings:
     task_acks_on_failure_or_timeout: bool = attrs.field(default=True, validator=_check(bool))
     task_ignore_result: bool = attrs.field(default=False, validator=_check(bool))
     task_track_started: bool = attrs.field(default=False, validator=_check(bool))
+    #: ``chord.link_error(errback)`` links the errback to the header's tasks too, not only the body
+    task_allow_error_cb_on_chord_header: bool = attrs.field(default=False, validator=_check(bool))
     task_time_limit: float | None = attrs.field(default=None,
                                                 validator=_check(NUMBER, optional=True, minimum=0))
     task_soft_time_limit: float | None = attrs.field(default=None,

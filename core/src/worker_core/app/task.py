@@ -10,7 +10,7 @@ import functools
 import inspect
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +21,7 @@ from ..rates import parse_rate
 from .context import TaskContext, current_context, pushed
 
 if TYPE_CHECKING:
+    from ..canvas.signatures import Signature
     from .base import App
     from .result import AsyncResult
 
@@ -342,6 +343,44 @@ class Task:
 
     def AsyncResult(self, task_id: str) -> AsyncResult:
         return self.app.AsyncResult(task_id)
+
+    # -- signatures (see :mod:`worker_core.canvas`) ---------------------------------------------------
+
+    def signature(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                  options: Mapping[str, Any] | None = None, **more: Any) -> Signature:
+        """This task's call as data: ``add.signature((2, 2), countdown=10)``."""
+        from ..canvas.signatures import Signature
+
+        more.setdefault("app", self.app)
+        return Signature(self, args, kwargs, options, **more)
+
+    subtask = signature
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """``add.s(2, 2)``: a signature; applying it puts a previous result before these args."""
+        return self.signature(args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """``add.si(2, 2)``: an immutable signature, which ignores a previous result."""
+        return self.signature(args, kwargs, immutable=True)
+
+    def map(self, it: Iterable[Any]) -> Signature:
+        """One ``celery.map`` task calling this task with each item of ``it`` in turn."""
+        from ..canvas.maps import xmap
+
+        return xmap(self.s(), it, app=self.app)
+
+    def starmap(self, it: Iterable[Any]) -> Signature:
+        """One ``celery.starmap`` task calling this task with ``*item`` for each item of ``it``."""
+        from ..canvas.maps import xstarmap
+
+        return xstarmap(self.s(), it, app=self.app)
+
+    def chunks(self, it: Iterable[Any], n: int) -> Signature:
+        """``it`` in parts of ``n``, each a ``celery.starmap`` task, sent together as a group."""
+        from ..canvas.maps import chunks
+
+        return chunks(self.s(), it, n, app=self.app)
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"

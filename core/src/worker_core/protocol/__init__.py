@@ -4,7 +4,7 @@ Internal to worker-core (see :mod:`worker_core` for the public API).
 """
 
 from .decode import JSON, TaskEnvelope, decode_task
-from .message import OutgoingMessage, origin_name, safe_repr, shown, task_message
+from .message import OutgoingMessage, origin_name, safe_repr, safe_repr_as_built, shown, task_message
 from .times import parse_iso, to_iso, utcnow
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "origin_name",
     "parse_iso",
     "safe_repr",
+    "safe_repr_as_built",
     "shown",
     "task_message",
     "to_iso",

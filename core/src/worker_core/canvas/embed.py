@@ -1,0 +1,155 @@
+"""The canvas a task message carries in its embed (``{"callbacks", "errbacks", "chain",
+"chord"}``, the body's third item), and what a worker sends from it once the task finishes, as
+Celery's worker does (``celery/app/trace.py``, ``celery/backends/base.py``):
+
+- success: :func:`send_callbacks` with the return value, then :func:`send_next_step` of the
+  chain with it (both before the result is stored, so ``children`` can list them);
+- failure: :func:`send_errbacks` with the task's id (an errback registered in the worker that
+  takes ``(request, exc, traceback)`` is called there instead; that choice is the worker's), and
+  the task ids of :attr:`Embed.remaining` are failed too;
+- a chord header task: :attr:`Embed.chord_body` is the body to send once the header is complete.
+
+Every signature sent gets ``parent_id`` (the finished task) and ``root_id`` (its workflow's first
+task), and keeps the task id its client gave it in advance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ..exceptions import CanvasError
+from .kinds import from_dict
+from .signatures import Signature
+
+if TYPE_CHECKING:
+    from ..app.base import App
+
+__all__ = ["Embed", "apply_to_result", "send_callbacks", "send_errbacks", "send_next_step"]
+
+
+def _signatures(app: App, name: str, value: Any) -> tuple[Signature, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise CanvasError(f"the embed's {name!r} must be a list of signatures or null (got {value!r})")
+    return tuple(_one(app, name, item) for item in value)
+
+
+def _one(app: App, name: str, value: Any) -> Signature:
+    try:
+        sig = from_dict(value, app=app)
+    except CanvasError as exc:
+        raise CanvasError(f"the embed's {name!r} holds a malformed signature: {exc}") from None
+    sig._app = app
+    return sig
+
+
+@attrs.frozen
+class Embed:
+    """A message's canvas, as signatures sending with the worker's app."""
+
+    #: sent with the return value once the task succeeds (``link``)
+    callbacks: tuple[Signature, ...] = ()
+    #: sent with the task's id if it fails (``link_error``)
+    errbacks: tuple[Signature, ...] = ()
+    #: the rest of the task's chain, last step first, as the message carries it
+    chain: tuple[Signature, ...] = ()
+    #: the body of the chord whose header this task is part of
+    chord: Signature | None = None
+
+    @classmethod
+    def parse(cls, embed: Mapping[str, Any] | None, app: App) -> Embed:
+        """Read a message's embed (None or missing keys: nothing to do).
+
+        :raise CanvasError: a part is not what Celery puts there, named with what was received.
+        """
+        if embed is None:
+            return cls()
+        if not isinstance(embed, Mapping):
+            raise CanvasError(f"a task message's embed must be a mapping (got {embed!r})")
+        chord = embed.get("chord")
+        return cls(
+            callbacks=_signatures(app, "callbacks", embed.get("callbacks")),
+            errbacks=_signatures(app, "errbacks", embed.get("errbacks")),
+            chain=_signatures(app, "chain", embed.get("chain")),
+            chord=None if chord is None else _one(app, "chord", chord),
+        )
+
+    @property
+    def next_step(self) -> Signature | None:
+        """The chain's next signature, to apply to the return value."""
+        return self.chain[-1] if self.chain else None
+
+    @property
+    def rest_of_chain(self) -> list[Signature]:
+        """What the next step carries as its own ``chain`` (still last step first)."""
+        return list(self.chain[:-1])
+
+    @property
+    def remaining(self) -> list[Signature]:
+        """The chain's steps in the order they would run."""
+        return list(reversed(self.chain))
+
+    @property
+    def chord_body(self) -> Signature | None:
+        return self.chord
+
+
+def apply_to_result(app: App, sig: Mapping[str, Any], value: Any, *, parent_id: str | None,
+                    root_id: str | None, chain: Sequence[Any] | None = None,
+                    priority: int | None = None) -> Any:
+    """Send ``sig`` (a signature or its dict from a message) with ``value`` put before its own
+    arguments (unless immutable), as the child of task ``parent_id`` in workflow ``root_id``;
+    ``chain`` is the rest of a chain it carries on. Returns its result handle."""
+    target = sig if isinstance(sig, Signature) else _one(app, "signature", sig)
+    if target._app is None:
+        target._app = app
+    return target.apply_async((value,), parent_id=parent_id, root_id=root_id, priority=priority,
+                              chain=None if chain is None else list(chain))
+
+
+def send_callbacks(app: App, callbacks: Sequence[Signature], value: Any, *, parent_id: str | None,
+                   root_id: str | None, priority: int | None = None) -> list[Any]:
+    """Send a succeeded task's callbacks with its return value: one on its own; several as one
+    group, except callbacks that are groups, each sent on its own. Returns their results."""
+    from .groups import group
+
+    if not callbacks:
+        return []
+    if len(callbacks) == 1:
+        return [apply_to_result(app, callbacks[0], value, parent_id=parent_id, root_id=root_id,
+                                priority=priority)]
+    groups = [sig for sig in callbacks if isinstance(sig, group)]
+    plain = [sig for sig in callbacks if not isinstance(sig, group)]
+    sent = [each.apply_async((value,), parent_id=parent_id, root_id=root_id, priority=priority)
+            for each in groups]
+    if plain:
+        sent.append(group(plain, app=app).apply_async((value,), parent_id=parent_id, root_id=root_id,
+                                                      priority=priority))
+    return sent
+
+
+def send_next_step(app: App, embed: Embed, value: Any, *, parent_id: str | None, root_id: str | None,
+                   priority: int | None = None) -> Any:
+    """Send the chain's next step with the return value, carrying the rest of the chain; None
+    when the chain is done."""
+    step = embed.next_step
+    if step is None:
+        return None
+    return apply_to_result(app, step, value, parent_id=parent_id, root_id=root_id, chain=embed.rest_of_chain,
+                           priority=priority)
+
+
+def send_errbacks(app: App, errbacks: Sequence[Signature], task_id: str, *,
+                  root_id: str | None = None) -> Any:
+    """Send errbacks of a failed task as one group, each given the task's id (Celery's errbacks
+    of one argument); returns the group's result, None when there are none."""
+    from .groups import group
+
+    if not errbacks:
+        return None
+    return group(list(errbacks), app=app).apply_async((task_id,), parent_id=task_id,
+                                                      root_id=root_id or task_id)
