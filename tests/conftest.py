@@ -191,10 +191,11 @@ class WorkerFactory:
         return worker.wait_ready() if ready else worker
 
     def start_celery(self, *args: str, app: str = "apps.celery_basic", broker: str,
-                     backend: str | None = None, pool: str = "solo", ready: bool = True):
+                     backend: str | None = None, pool: str = "solo", ready: bool = True,
+                     env: dict[str, str] | None = None):
         from workers import CeleryWorkerProcess
 
-        environment = dict(os.environ, PYTHONUNBUFFERED="1", CELERY_BROKER_URL=broker)
+        environment = dict(os.environ, PYTHONUNBUFFERED="1", CELERY_BROKER_URL=broker, **(env or {}))
         if backend:
             environment["CELERY_RESULT_BACKEND"] = backend
         log = self.tmp_path / f"celery-{len(self.started)}.log"

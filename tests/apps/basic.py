@@ -171,3 +171,25 @@ def limited():
 def collector():
     """The garbage collector as the process that runs tasks sees it."""
     return {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count()}
+
+
+# -- canvas (the same tasks are in apps.celery_basic for a Celery worker) ----------------------
+
+
+@app.task
+def mul(x, y):
+    return x * y
+
+
+@app.task
+def tsum(numbers):
+    """The sum of a chord header's results."""
+    return sum(numbers)
+
+
+@app.task
+def note_failure(task_id, path):
+    """An errback: append the failed task's id to ``path``."""
+    with open(path, "a") as handle:
+        handle.write(f"{task_id}\n")
+    return task_id

@@ -10,7 +10,9 @@ from apps.basic import Boom, lines  # noqa: F401  (the same exception type on bo
 
 app = Celery("celery_basic", broker=os.environ.get("CELERY_BROKER_URL"),
              backend=os.environ.get("CELERY_RESULT_BACKEND"))
-app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
+app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
+                # a test's own queue: where this worker sends the next steps of a workflow too
+                task_default_queue=os.environ.get("CELERY_DEFAULT_QUEUE", "celery"))
 
 
 @app.task(name="apps.basic.add")
@@ -35,3 +37,35 @@ def record(path, value):
     with open(path, "a") as handle:
         handle.write(f"{value}\\n")
     return value
+
+
+@app.task(name="apps.basic.mul")
+def mul(x, y):
+    return x * y
+
+
+@app.task(name="apps.basic.tsum")
+def tsum(numbers):
+    return sum(numbers)
+
+
+@app.task(name="apps.basic.echo")
+def echo(value):
+    return value
+
+
+@app.task(name="apps.basic.note_failure")
+def note_failure(task_id, path):
+    with open(path, "a") as handle:
+        handle.write(f"{task_id}\n")
+    return task_id
+
+
+def client_app(**conf):
+    """A Celery app of its own with the canvas tasks above, for a test's Celery client (its
+    broker, backend and default queue set as the test needs, nothing cached from other tests)."""
+    other = Celery("celery_basic_client", set_as_current=False)
+    other.conf.update(broker_connection_retry_on_startup=True, **conf)
+    for task in (add, boom, mul, tsum, echo, note_failure):
+        other.task(name=task.name)(task.run)
+    return other

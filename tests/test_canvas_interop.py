@@ -1,0 +1,175 @@
+"""This project's client sends canvases to a real Celery worker, on Redis and on RabbitMQ (results
+in Redis), and gets what Celery's own client gets for the same canvases: values, result parents,
+children, errbacks, and group results saved by one client and restored by the other."""
+
+from __future__ import annotations
+
+import time
+import types
+import uuid
+
+import celery
+import pytest
+from apps import basic, celery_basic
+from conftest import REDIS_TEST_URL, delete_queue
+from workers import wait_for
+
+from worker_core import canvas
+
+
+@pytest.fixture(params=["redis", "amqp"])
+def broker(request: pytest.FixtureRequest) -> str:
+    if request.param == "redis":
+        return request.getfixturevalue("redis_url")
+    request.getfixturevalue("redis_url")  # results live in Redis either way
+    return request.getfixturevalue("amqp_url")
+
+
+@pytest.fixture
+def queue(broker, workers):
+    name = f"canvas-{uuid.uuid4().hex[:8]}"
+    yield name
+    workers.cleanup()
+    delete_queue(broker, name)
+
+
+@pytest.fixture
+def celery_worker(workers, broker, queue):
+    """A Celery worker on the test's queue, sending the next steps of workflows there too."""
+    return workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL,
+                                env={"CELERY_DEFAULT_QUEUE": queue})
+
+
+def _tasks(tasks):
+    names = ("add", "mul", "tsum", "echo", "boom", "note_failure")
+    return {name: tasks[f"apps.basic.{name}"] for name in names}
+
+
+@pytest.fixture
+def ours(broker, queue):
+    basic.app.conf.update(broker_url=broker, result_backend=REDIS_TEST_URL, task_default_queue=queue)
+    yield types.SimpleNamespace(app=basic.app, chain=canvas.chain, group=canvas.group, chord=canvas.chord,
+                                **_tasks(basic.app.tasks))
+    basic.app.conf.update(broker_url=None, result_backend=None, task_default_queue="celery")
+    basic.app.close()
+
+
+@pytest.fixture
+def theirs(broker, queue):
+    app = celery_basic.client_app(broker_url=broker, result_backend=REDIS_TEST_URL, task_default_queue=queue)
+    yield types.SimpleNamespace(app=app, chain=celery.chain, group=celery.group, chord=celery.chord,
+                                **_tasks(app.tasks))
+    app.close()
+
+
+WORKFLOWS = {
+    "chain": (lambda t: t.chain(t.add.s(2, 2), t.add.s(4), t.mul.s(3)).apply_async(), 24),
+    "pipe with partial args": (lambda t: (t.add.s(2) | t.mul.s(3)).apply_async((1,)), 9),
+    "immutable chain": (lambda t: (t.add.si(1, 1) | t.add.si(2, 2) | t.add.si(3, 3)).delay(), 6),
+    "group": (lambda t: t.group(t.add.s(i, i) for i in range(5)).delay(), [0, 2, 4, 6, 8]),
+    "chord": (lambda t: t.chord([t.add.s(i, i) for i in range(5)], t.tsum.s()).delay(), 20),
+    "group | task": (lambda t: (t.group(t.add.s(1, 1), t.add.s(2, 2)) | t.tsum.s()).delay(), 6),
+    "group of chains": (lambda t: t.group(t.add.s(1, 1) | t.mul.s(2), t.add.s(2, 2) | t.mul.s(3)).delay(),
+                        [4, 12]),
+    "chain inside a chord": (lambda t: t.chord([t.add.s(1, 1) | t.mul.s(2), t.add.s(2, 2)],
+                                               t.tsum.s()).delay(), 8),
+    "chord with a chain body": (lambda t: t.chord([t.add.s(1, 1), t.add.s(2, 2)], t.tsum.s() | t.mul.s(10))
+                                .delay(), 60),
+    "chain through a chord": (lambda t: (t.add.s(1, 1) | t.group(t.mul.s(2), t.mul.s(3)) | t.tsum.s()
+                                         | t.mul.s(10)).delay(), 100),
+    "map": (lambda t: t.tsum.map([[1, 2], [3, 4]]).delay(), [3, 7]),
+    "starmap": (lambda t: t.add.starmap([(1, 2), (3, 4)]).delay(), [3, 7]),
+    "chunks": (lambda t: t.add.chunks([(i, i) for i in range(5)], 2).delay(), [[0, 2], [4, 6], [8]]),
+}
+
+
+def _parents(result):
+    found = []
+    while result is not None:
+        found.append(result)
+        result = result.parent
+    return found
+
+
+@pytest.mark.filterwarnings("ignore::celery.exceptions.CPendingDeprecationWarning")
+def test_our_canvases_run_on_a_celery_worker_as_celerys_own(celery_worker, ours, theirs):
+    sent = {name: (build(ours), build(theirs), expected) for name, (build, expected) in WORKFLOWS.items()}
+    for name, (our_result, their_result, expected) in sent.items():
+        value = our_result.get(timeout=30)
+        assert value == expected == their_result.get(timeout=30), name
+        # the same chain of results back to the first task, each holding what Celery's does
+        ours_chain, theirs_chain = _parents(our_result), _parents(their_result)
+        assert [type(r).__name__ for r in ours_chain] == [type(r).__name__ for r in theirs_chain], name
+        for mine, celerys in zip(ours_chain[1:], theirs_chain[1:], strict=True):
+            assert mine.get(timeout=30) == celerys.get(timeout=30), name
+
+
+def test_a_failure_in_a_chain_fails_the_chain_as_with_celerys_client(celery_worker, ours, theirs):
+    for t in (ours, theirs):
+        result = (t.add.s(1, 1) | t.boom.si("in the middle") | t.add.s(1)).delay()
+        with pytest.raises(basic.Boom, match="in the middle"):
+            result.get(timeout=30)
+        assert result.parent.failed() and result.parent.parent.get(timeout=30) == 2
+
+
+def test_callbacks_and_errbacks_reach_a_celery_worker(celery_worker, ours, theirs, tmp_path):
+    for t in (ours, theirs):
+        result = t.add.apply_async((2, 2), link=t.mul.s(10))
+        assert result.get(timeout=30) == 4
+        [child] = result.children  # the callback, as the worker recorded it with the result
+        assert child.get(timeout=30) == 40
+        failures = tmp_path / f"failures-{type(t.app).__name__}"
+        failed = t.boom.apply_async(("errback",), link_error=t.note_failure.s(str(failures)))
+        with pytest.raises(basic.Boom):
+            failed.get(timeout=30)
+        def noted(path=failures, task_id=failed.id):
+            return path.exists() and path.read_text().split() == [task_id]
+
+        wait_for(noted, timeout=20, message=f"the errback of {failed.id}")
+        sig = t.add.s(1, 1)
+        sig.link(t.mul.s(3))
+        assert sig.delay().get(timeout=30) == 2
+
+
+@pytest.mark.parametrize("broker", ["redis"], indirect=True)
+def test_a_group_result_saved_by_one_client_is_restored_by_the_other(celery_worker, ours, theirs):
+    from celery.result import GroupResult as CeleryGroupResult
+
+    saved = ours.group(ours.add.s(i, i) for i in range(3)).delay()
+    saved.save()
+    restored = CeleryGroupResult.restore(saved.id, app=theirs.app)
+    assert [r.id for r in restored.results] == [r.id for r in saved.results]
+    assert restored.get(timeout=30) == [0, 2, 4]
+
+    theirs_saved = theirs.group(theirs.add.s(i, i) for i in range(2)).delay()
+    theirs_saved.save()
+    mine = basic.app.GroupResult.restore(theirs_saved.id)
+    assert mine is not None and [r.id for r in mine] == [r.id for r in theirs_saved.results]
+    assert mine.get(timeout=30) == [0, 2]
+    assert (mine.ready(), mine.successful(), mine.failed(), mine.completed_count()) == (True, True, False, 2)
+    mine.delete()
+    assert basic.app.GroupResult.restore(theirs_saved.id) is None
+    assert CeleryGroupResult.restore(theirs_saved.id, app=theirs.app) is None
+
+
+def test_a_group_result_reports_failures_and_progress(celery_worker, ours):
+    result = ours.group(ours.add.s(1, 1), ours.boom.si("one of them"), ours.add.s(2, 2)).delay()
+    with pytest.raises(basic.Boom, match="one of them"):
+        result.get(timeout=30)
+    values = result.join(timeout=30, propagate=False)
+    assert values[0] == 2 and isinstance(values[1], basic.Boom) and values[2] == 4
+    assert (result.ready(), result.successful(), result.failed(), result.completed_count()) == (
+        True, False, True, 2)
+    assert not result.waiting() and len(result) == 3
+    assert [r.id for r in result] == [r.id for r in result.results]
+
+
+def test_a_group_results_get_gives_up_after_its_timeout(workers, ours, broker, queue):
+    from worker_core.exceptions import ResultTimeout
+
+    result = ours.group(ours.add.s(1, 1), ours.add.s(2, 2)).delay()  # no worker: nothing runs
+    began = time.monotonic()
+    with pytest.raises(ResultTimeout):
+        result.get(timeout=0.5)
+    assert time.monotonic() - began < 5
+    assert not result.ready() and result.waiting() and result.completed_count() == 0
