@@ -14,17 +14,28 @@ PUBLIC = [
     "App",
     "AsyncResult",
     "Condition",
+    "GroupResult",
     "OptionSpec",
     "Request",
+    "ResultSet",
     "ResultTimeout",
     "Settings",
+    "Signature",
     "Stash",
     "StashKey",
     "Step",
     "Task",
     "Worker",
     "WorkerOptions",
+    "chain",
+    "chord",
+    "chunks",
+    "group",
     "hookimpl",
+    "maybe_signature",
+    "signature",
+    "xmap",
+    "xstarmap",
 ]
 
 
@@ -35,7 +46,10 @@ def test_the_exported_names_are_exactly_the_pinned_ones() -> None:
 #: where each exported name is defined
 HOMES = {
     "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
+    "GroupResult": "app.groupresult", "ResultSet": "app.groupresult",
     "Condition": "bootsteps", "Step": "bootsteps",
+    "Signature": "canvas", "chain": "canvas", "chord": "canvas", "chunks": "canvas", "group": "canvas",
+    "maybe_signature": "canvas", "signature": "canvas", "xmap": "canvas", "xstarmap": "canvas",
     "ResultTimeout": "exceptions",
     "hookimpl": "hookspecs",
     "OptionSpec": "options", "WorkerOptions": "options",
@@ -79,6 +93,9 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
 #: what each public module of the core and each plugin package exports
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
+    "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
+                           "group", "maybe_signature", "send_callbacks", "send_errbacks", "send_next_step",
+                           "signature", "xmap", "xstarmap"],
     "worker_core.fastpaths": ["Check", "Decision", "FastPath", "FastPaths", "Library", "STOCK_VARIABLE",
                               "attribute", "decide", "reads", "report", "signature"],
     "worker_pool_prefork": ["PreforkPool"],

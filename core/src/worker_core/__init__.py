@@ -2,7 +2,8 @@
 
 The public API is what this package exports (:data:`__all__`) and the modules a plugin author
 works with: :mod:`worker_core.hookspecs` (every hook), :mod:`worker_core.slots` (every slot's
-interface and the optional capabilities), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`,
+interface and the optional capabilities), :mod:`worker_core.canvas` (signatures and workflows,
+for clients and workers), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`,
 :mod:`worker_core.testing` (the contract suites) and :mod:`worker_core.fastpaths` (checks that turn
 a transport's fast path on library internals off when the library changed). Every other module
 is an implementation detail and may change without notice; their names are pinned by the test
@@ -13,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .app import App, AsyncResult, Settings, Task
+    from .app.groupresult import GroupResult, ResultSet
     from .bootsteps import Condition, Step
+    from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, xmap, xstarmap
     from .exceptions import ResultTimeout
     from .hookspecs import hookimpl
     from .options import OptionSpec, WorkerOptions
@@ -27,17 +30,28 @@ __all__ = [
     "App",
     "AsyncResult",
     "Condition",
+    "GroupResult",
     "OptionSpec",
     "Request",
+    "ResultSet",
     "ResultTimeout",
     "Settings",
+    "Signature",
     "Stash",
     "StashKey",
     "Step",
     "Task",
     "Worker",
     "WorkerOptions",
+    "chain",
+    "chord",
+    "chunks",
+    "group",
     "hookimpl",
+    "maybe_signature",
+    "signature",
+    "xmap",
+    "xstarmap",
 ]
 
 # Each name is imported when first asked for: the tasks API pulls in kombu, which plugins that
@@ -45,7 +59,10 @@ __all__ = [
 # it imports the rest (see ``cli.run``).
 _HOME = {
     "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
+    "GroupResult": "app.groupresult", "ResultSet": "app.groupresult",
     "Condition": "bootsteps", "Step": "bootsteps",
+    "Signature": "canvas", "chain": "canvas", "chord": "canvas", "chunks": "canvas", "group": "canvas",
+    "maybe_signature": "canvas", "signature": "canvas", "xmap": "canvas", "xstarmap": "canvas",
     "ResultTimeout": "exceptions",
     "hookimpl": "hookspecs",
     "OptionSpec": "options", "WorkerOptions": "options",
