@@ -331,7 +331,8 @@ class Task:
         task_id: str | None = None,
         **options: Any,
     ) -> AsyncResult:
-        """Send the task to a worker and return its :class:`AsyncResult`."""
+        """Send the task to a worker and return its :class:`AsyncResult`; ``options`` are
+        :meth:`App.send_task`'s (``link``, ``link_error``, ``shadow``, ``headers``, ...)."""
         options.setdefault("time_limit", self.time_limit)
         options.setdefault("soft_time_limit", self.soft_time_limit)
         options.setdefault("ignore_result", self.ignore_result)
