@@ -89,8 +89,10 @@ def test_a_countdown_task_waits_without_blocking_the_others(start_worker):
 
 def test_an_expired_task_is_revoked_not_run(start_worker, tmp_path):
     proof = tmp_path / "ran.txt"
-    result = basic.record.apply_async((str(proof), "x"), countdown=1, expires=0.5)
+    # The worker first: a message that expired before any worker took it is dropped by the
+    # broker (its AMQP expiration), as RabbitMQ drops it, and no worker sees it to revoke it.
     start_worker()
+    result = basic.record.apply_async((str(proof), "x"), countdown=2, expires=1)
     with pytest.raises(TaskRevokedError):
         result.get(timeout=20)
     assert result.state == "REVOKED"
