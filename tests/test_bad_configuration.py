@@ -367,12 +367,32 @@ def _app_module(tmp_path: Path, source: str) -> Path:
      ["@app.task for 'badapp.f': max_retries must be a whole number", "(got 'x')"]),
     ("from worker_core import App\napp = App('bad')\n@app.task(serializer='jsn')\ndef f(): pass\n",
      ["@app.task for 'badapp.f': serializer 'jsn'", "Did you mean 'json'?"]),
+    ("from worker_core import App\napp = App('bad', result_serializer='pickle')\n",
+     ["setting 'result_serializer' is 'pickle', but pickle is not accepted for results (accepted: json)",
+      "Add 'pickle' to result_accept_content"]),
+    ("from worker_core import App\napp = App('bad', result_accept_content=['jsn'])\n",
+     ["'result_accept_content' names no serializer or content type kombu knows (got 'jsn')"]),
 ])
 def test_an_app_module_with_bad_settings_or_tasks_stops_the_worker_before_it_starts(
         queue_url: str, tmp_path: Path, source: str, expected: list[str]) -> None:
     run = workerctl("worker", "-A", "badapp", "-P", "solo", env={"WORKER_BROKER_URL": queue_url},
                     path=[_app_module(tmp_path, source)])
     assert_refused(run, *expected, queue_url=queue_url)
+
+
+@pytest.mark.parametrize(("setting", "value", "package"), [
+    ("WORKER_RESULT_SERIALIZER", "msgpack", "msgpack"),
+    ("WORKER_ACCEPT_CONTENT", "json,yaml", "PyYAML"),
+])
+def test_a_serializer_whose_library_is_missing_is_refused_naming_the_pip_install(
+        queue_url: str, tmp_path: Path, setting: str, value: str, package: str) -> None:
+    module = "msgpack" if package == "msgpack" else "yaml"
+    (tmp_path / f"{module}.py").write_text(f"raise ImportError('no module named {module} here')\n")
+    run = workerctl("worker", "-A", "apps.basic", "-P", "solo",
+                    env={"WORKER_BROKER_URL": queue_url, setting: value}, path=[tmp_path])
+    setting_name = setting.removeprefix("WORKER_").lower()
+    assert_refused(run, f"setting {setting_name!r} names {module!r}, whose library is not installed: "
+                        f"pip install {package}", queue_url=queue_url)
 
 
 # -- task decorator options -------------------------------------------------------------------------

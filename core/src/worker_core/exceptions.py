@@ -22,6 +22,7 @@ __all__ = [
     "PoolError",
     "ProtocolError",
     "Reject",
+    "ResultDecodeError",
     "ResultError",
     "ResultTimeout",
     "Retry",
@@ -227,6 +228,10 @@ class WorkerTerminate(BaseException):
 
 class ResultError(WorkerError):
     """A result cannot be stored or read."""
+
+
+class ResultDecodeError(ResultError, ValueError):
+    """A stored result is in a format this app cannot read, or does not accept."""
 
 
 class ResultTimeout(ResultError, TimeoutError):

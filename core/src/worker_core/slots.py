@@ -494,11 +494,16 @@ class ResultBackend(Protocol):
     **Format.** The stored meta is ``{"status", "result", "traceback", "children", "date_done",
     "task_id"}`` plus ``group_id``/``parent_id`` when the request has them and, with the
     ``result_extended`` setting, ``name``, ``args``, ``kwargs``, ``worker``, ``retries`` and
-    ``queue`` (:func:`worker_core.results.meta.make_meta` builds it). It is serialized with
-    kombu's JSON (Celery's default ``result_serializer``), so datetimes, UUIDs, Decimals and bytes
-    round-trip and a Celery client reads it. ``result`` arrives already encoded: a plain value,
-    or for FAILURE, RETRY and REVOKED the exception as ``{"exc_type", "exc_message",
-    "exc_module"}`` (:func:`worker_core.results.meta.encode_exception`).
+    ``queue`` (:func:`worker_core.results.meta.make_meta` builds it). It is serialized as Celery
+    serializes it: with the ``result_serializer`` setting (kombu's JSON by default, so
+    datetimes, UUIDs, Decimals and bytes round-trip; also msgpack, yaml, pickle, or any
+    serializer registered with kombu), or the serializer ``store_result`` is given (a task's own
+    ``result_serializer``), so a Celery client with the same ``result_serializer`` reads it;
+    reads accept the formats ``result_accept_content`` (else ``accept_content``) allows, and JSON.
+    :class:`worker_core.results.codec.ResultCodec` does both. ``result`` arrives already encoded:
+    a plain value, or for FAILURE, RETRY and REVOKED the exception as ``{"exc_type",
+    "exc_message", "exc_module"}`` (:func:`worker_core.results.meta.encode_exception`), whatever
+    the serializer.
 
     **Waiting.** :meth:`wait_for` must raise :class:`worker_core.exceptions.ResultTimeout` (a
     ``TimeoutError``) once ``timeout`` passes, saying which task and its last state.
@@ -520,16 +525,21 @@ class ResultBackend(Protocol):
         state: str,
         traceback: str | None = None,
         request: Mapping[str, Any] | None = None,
+        *,
+        serializer: str | None = None,
     ) -> None:
         """Save the task's meta (see **Format**), replacing what was stored for ``task_id``.
 
-        ``state`` is one of Celery's states (STARTED, RETRY, SUCCESS, FAILURE, REVOKED, ...).
+        ``state`` is one of Celery's states (STARTED, RETRY, SUCCESS, FAILURE, REVOKED, ...) or
+        a state of the task's own (``update_state(state="PROGRESS")``).
         ``request`` is ``None`` (a revoke), ``{"task": name}`` (a refused message) or, for a task
         that ran, its message fields by name: ``task``, ``id``, ``args``, ``kwargs``, ``retries``,
         ``eta``, ``expires``, ``timelimit``, ``root_id``, ``parent_id``, ``group``,
         ``group_index``, ``origin``, ``hostname``, ``reply_to``, ``correlation_id``,
-        ``delivery_info`` and ``ignore_result`` (:data:`worker_core.app.context.MESSAGE_FIELDS`).
-        Raise ``ResultError`` when it cannot be stored.
+        ``delivery_info``, ``ignore_result``, ``shadow`` and ``headers``
+        (:data:`worker_core.app.context.MESSAGE_FIELDS`). ``serializer`` is the task's own
+        ``result_serializer``; it is passed only when the task has one, and None means the
+        ``result_serializer`` setting. Raise ``ResultError`` when it cannot be stored.
         """
 
     def get_task_meta(self, task_id: str) -> Mapping[str, Any]:

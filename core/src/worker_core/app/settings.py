@@ -9,6 +9,7 @@ One module: every setting is a field of one attrs class, validated in one place.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -21,7 +22,8 @@ from ..exceptions import ConfigurationError
 from ..options import did_you_mean
 from ..redaction import redact_url, redact_value
 
-__all__ = ["ENV_PREFIX", "Settings", "check_environment", "check_serializers", "settings_from"]
+__all__ = ["ENV_PREFIX", "SERIALIZER_LIBRARIES", "Settings", "check_environment", "check_serializers",
+           "result_accept", "settings_from"]
 
 ENV_PREFIX = "WORKER_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -63,6 +65,11 @@ def _strings(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
             f"setting {attribute.name!r} must be a non-empty list of non-empty strings, for example "
             f"['json'] (got {value!r})"
         )
+
+
+def _optional_strings(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is not None:
+        _strings(_inst, attribute, value)
 
 
 def _command_names(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -155,6 +162,9 @@ class Settings:
     result_chord_expires: float | None = attrs.field(default=None,
                                                      validator=_check(NUMBER, optional=True, minimum=0))
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
+    #: what stored results may be read in (serializer names or content types); None: accept_content
+    result_accept_content: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple,
+                                                                validator=_optional_strings)
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                                      validator=_check(dict))
     #: TLS arguments for a Redis result backend (``ssl_cert_reqs``, ``ssl_ca_certs``, ...), as in Celery
@@ -398,11 +408,26 @@ def check_environment(
             raise ConfigurationError(message if key in message else f"{key}={shown!r}: {message}") from None
 
 
-def check_serializers(settings: Settings, task_serializers: Mapping[str, str | None] | None = None) -> None:
-    """Check that ``task_serializer``, ``result_serializer``, every ``accept_content`` entry and
-    each task's ``serializer`` (``task_serializers``: task name to serializer) name a serializer
-    kombu knows. Call it once the app's module is imported, so serializers the module registers
-    (``kombu.serialization.register``) count."""
+#: serializers kombu knows by name whose library is not part of Python: its module and pip package
+SERIALIZER_LIBRARIES: Mapping[str, tuple[str, str]] = {"msgpack": ("msgpack", "msgpack"),
+                                                        "yaml": ("yaml", "PyYAML")}
+_PICKLE = frozenset({"pickle", "application/x-python-serialize"})
+
+
+def result_accept(settings: Settings) -> tuple[str, ...]:
+    """What stored results may be read in: ``result_accept_content``, else ``accept_content``
+    (Celery's order)."""
+    return settings.result_accept_content or settings.accept_content
+
+
+def check_serializers(settings: Settings, task_serializers: Mapping[str, str | None] | None = None,
+                      result_serializers: Mapping[str, str | None] | None = None) -> None:
+    """Check that ``task_serializer``, ``result_serializer``, every ``accept_content`` and
+    ``result_accept_content`` entry and each task's ``serializer`` and ``result_serializer``
+    (``task_serializers``, ``result_serializers``: task name to serializer) name a serializer
+    kombu knows whose library is installed, and that results are stored in pickle only when
+    pickle is accepted for them. Call it once the app's module is imported, so serializers the
+    module registers (``kombu.serialization.register``) count."""
     from kombu.serialization import registry
 
     known = sorted(registry.name_to_type)
@@ -415,15 +440,48 @@ def check_serializers(settings: Settings, task_serializers: Mapping[str, str | N
                 f"{did_you_mean(value, known)} Known: {', '.join(known)}; register others with "
                 f"kombu.serialization.register"
             )
-    for task, value in (task_serializers or {}).items():
-        if value is not None and value not in registry.name_to_type:
-            raise ConfigurationError(
-                f"@app.task for {task!r}: serializer {value!r} is not one kombu knows."
-                f"{did_you_mean(value, known)} Known: {', '.join(known)}"
-            )
-    for item in settings.accept_content:
-        if item not in registry.name_to_type and item not in content_types:
-            raise ConfigurationError(
-                f"setting 'accept_content' names no serializer or content type kombu knows (got {item!r})."
-                f"{did_you_mean(item, known)} Known: {', '.join(known)}"
-            )
+        _check_library(f"setting {name!r}", value)
+    for option, serializers in (("serializer", task_serializers), ("result_serializer", result_serializers)):
+        for task, value in (serializers or {}).items():
+            if value is None:
+                continue
+            if value not in registry.name_to_type:
+                raise ConfigurationError(
+                    f"@app.task for {task!r}: {option} {value!r} is not one kombu knows."
+                    f"{did_you_mean(value, known)} Known: {', '.join(known)}"
+                )
+            _check_library(f"@app.task for {task!r}: {option}", value)
+    for setting in ("accept_content", "result_accept_content"):
+        for item in getattr(settings, setting) or ():
+            if item not in registry.name_to_type and item not in content_types:
+                raise ConfigurationError(
+                    f"setting {setting!r} names no serializer or content type kombu knows (got {item!r})."
+                    f"{did_you_mean(item, known)} Known: {', '.join(known)}"
+                )
+            _check_library(f"setting {setting!r}", registry.type_to_name.get(item, item))
+    pickled = [f"@app.task for {task!r}: result_serializer"
+               for task, value in (result_serializers or {}).items() if value == "pickle"]
+    if settings.result_serializer == "pickle":
+        pickled.insert(0, "setting 'result_serializer'")
+    accepted = result_accept(settings)
+    if pickled and not _PICKLE & set(accepted):
+        raise ConfigurationError(
+            f"{pickled[0]} is 'pickle', but pickle is not accepted for results (accepted: "
+            f"{', '.join(accepted)}): results stored in pickle could not be read back, by this app or by "
+            f"a Celery client. Add 'pickle' to result_accept_content (reading a pickled result runs the "
+            f"code it holds: only with a result backend no one else can write to), or store results "
+            f"as json"
+        )
+
+
+def _check_library(where: str, serializer: str) -> None:
+    library = SERIALIZER_LIBRARIES.get(serializer)
+    if library is None:
+        return
+    module, package = library
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise ConfigurationError(
+            f"{where} names {serializer!r}, whose library is not installed: pip install {package}"
+        ) from None

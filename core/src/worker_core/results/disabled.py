@@ -32,6 +32,8 @@ class DisabledBackend:
         state: str,
         traceback: str | None = None,
         request: Mapping[str, Any] | None = None,
+        *,
+        serializer: str | None = None,
     ) -> None:
         """Results are not kept."""
 

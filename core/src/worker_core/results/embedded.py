@@ -7,14 +7,13 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kombu.utils import json as _json
-
 from ..exceptions import ResultError, ResultTimeout
 from ..transports.embedded.database import Database, resolve_path
+from .codec import ResultCodec
 from .meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 if TYPE_CHECKING:
@@ -24,10 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["EmbeddedBackend"]
 
 logger = logging.getLogger(__name__)
-
-# kombu's JSON codec is not annotated.
-dumps: Callable[[Any], str] = _json.dumps
-loads: Callable[[str], Any] = _json.loads
 
 #: Seconds between deletions of expired results (expired ones are invisible meanwhile).
 PRUNE_INTERVAL = 60.0
@@ -58,8 +53,9 @@ def _create_table(connection: sqlite3.Connection) -> None:
 
 
 class EmbeddedBackend:
-    """Stores each task's meta as kombu JSON (datetimes, UUIDs, Decimals and bytes round-trip),
-    and saved groups as Celery's ``{"result": <group tuple>}``."""
+    """Stores each task's meta in ``result_serializer`` (kombu JSON by default: datetimes,
+    UUIDs, Decimals and bytes round-trip), text or bytes as the serializer writes it, and saved
+    groups as Celery's ``{"result": <group tuple>}``, in the same serializer."""
 
     #: Like Celery, a SUCCESS stays: a late duplicate run cannot overwrite it.
     success_is_final: ClassVar[bool] = True
@@ -69,6 +65,7 @@ class EmbeddedBackend:
         self.path = resolve_path(url)
         self.expires = settings.result_expires
         self.extended = settings.result_extended
+        self.codec = ResultCodec.from_settings(settings)
         self._db = Database(self.path, _create_table, error=ResultError)
         self._next_prune = 0.0
 
@@ -82,13 +79,20 @@ class EmbeddedBackend:
         state: str,
         traceback: str | None = None,
         request: Mapping[str, Any] | None = None,
+        *,
+        serializer: str | None = None,
     ) -> None:
         meta = make_meta(task_id, state, result, traceback, request, extended=self.extended)
+        try:
+            payload = self.codec.encode(meta, serializer)
+        except Exception as exc:
+            raise ResultError(
+                f"cannot encode the result of task {task_id}: {type(exc).__name__}: {exc}") from exc
         now = time.time()
         params = {
             "task_id": task_id,
             "status": state,
-            "meta": dumps(meta),
+            "meta": payload,
             "now": now,
             "expires_at": None if self.expires is None else now + self.expires,
             "success": SUCCESS,
@@ -113,8 +117,7 @@ class EmbeddedBackend:
             ).fetchone()
         if row is None:
             return pending_meta(task_id)
-        meta: dict[str, Any] = loads(row[0])
-        return meta
+        return self.codec.decode(row[0], f"the stored result of task {task_id}")
 
     def wait_for(
         self, task_id: str, timeout: float | None = None, interval: float = 0.5
@@ -147,7 +150,7 @@ class EmbeddedBackend:
 
     def save_group(self, group_id: str, result: Any) -> None:
         now = time.time()
-        params = {"group_id": group_id, "meta": dumps({"result": result}),
+        params = {"group_id": group_id, "meta": self.codec.encode({"result": result}),
                   "expires_at": None if self.expires is None else now + self.expires}
         with self._using(f"save group {group_id}") as conn:
             conn.execute("INSERT OR REPLACE INTO groups (group_id, meta, expires_at) "
@@ -160,8 +163,8 @@ class EmbeddedBackend:
                                {"group_id": group_id, "now": time.time()}).fetchone()
         if row is None:
             return None
-        meta = loads(row[0])
-        if not isinstance(meta, dict) or "result" not in meta:
+        meta = self.codec.decode(row[0], f"the saved group {group_id}")
+        if "result" not in meta:
             raise ResultError(
                 f"the saved group {group_id} in {self.path!r} is not Celery's format: {row[0]!r}")
         return meta["result"]

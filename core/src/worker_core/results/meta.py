@@ -184,7 +184,8 @@ def decode_exception(data: Mapping[str, Any]) -> BaseException:
 
 
 def decode_result(meta: Mapping[str, Any]) -> Any:
-    """The value of a stored result: the exception for exception states, else the result."""
+    """The value of a stored result: the exception for exception states, else the result.
+    (A Celery worker storing results in pickle stores the exception object itself.)"""
     result = meta.get("result")
     if meta.get("status") in EXCEPTION_STATES and isinstance(result, Mapping) and "exc_type" in result:
         return decode_exception(result)

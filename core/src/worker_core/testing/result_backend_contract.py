@@ -27,6 +27,7 @@ One module, as every shipped suite: a third party imports one name and runs it.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import os
 import threading
@@ -40,7 +41,7 @@ import attrs
 
 from ..app.context import MESSAGE_FIELDS
 from ..app.settings import Settings
-from ..exceptions import BackendDisabled, ResultTimeout
+from ..exceptions import BackendDisabled, ResultError, ResultTimeout
 from ..plugins.conformance import conformance_problem
 from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
 from ..slots import DiscardsResults, JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
@@ -574,6 +575,63 @@ def check_a_chord_join_can_be_prepared_when_offered(backend: type[ResultBackend]
                                          f"{group_id} with header {header!r} raised {exc!r}") from exc
 
 
+def _installed(serializer: str) -> bool:
+    from ..app.settings import SERIALIZER_LIBRARIES
+
+    library = SERIALIZER_LIBRARIES.get(serializer)
+    if library is None:
+        return True
+    try:
+        importlib.import_module(library[0])
+    except ImportError:
+        return False
+    return True
+
+
+@_round_trips
+def check_results_are_stored_in_each_result_serializer(backend: type[ResultBackend], url: str, *,
+                                                       settings: Settings | None = None) -> None:
+    """With ``result_serializer`` msgpack, yaml or pickle (those whose library is installed), or
+    with the ``serializer`` a task gives ``store_result``, a value and an exception read back
+    the same, through a backend whose own serializer is JSON, when ``result_accept_content``
+    accepts them; a backend that does not accept the format refuses to read it with
+    ``ResultError`` naming it and the setting; a promised final SUCCESS stays final."""
+    accept = ("json", "msgpack", "yaml", "pickle")
+    value = {"sum": 5, "items": [1, "two", None], "nested": {"ok": True}}
+    error = encode_exception(ValueError("boom", 3))
+    final: object = backend
+    with _store(backend, url, settings) as store:
+        reader = store.build(result_accept_content=accept)
+        strict = store.build()
+        for name in (serializer for serializer in accept[1:] if _installed(serializer)):
+            writer = store.build(result_serializer=name, result_accept_content=accept)
+            done, failed, given = store.new_id(), store.new_id(), store.new_id()
+            writer.store_result(done, value, SUCCESS, None, full_request(done))
+            writer.store_result(failed, error, FAILURE, "Traceback (most recent call last): ...",
+                                full_request(failed))
+            reader.store_result(given, value, SUCCESS, None, full_request(given), serializer=name)
+            stored = ((done, SUCCESS, value), (failed, FAILURE, error), (given, SUCCESS, value))
+            for task_id, state, result in stored:
+                meta = store.meta(task_id, reader)
+                _expect(meta.get("status") == state and meta.get("result") == result
+                        and meta.get("task_id") == task_id and meta.get("parent_id") == "contract-parent",
+                        f"{store.label} stored {state} {result!r} in {name} and read back {dict(meta)!r}")
+            try:
+                seen = strict.get_task_meta(done)
+            except ResultError as exc:
+                _expect(name in str(exc) and "result_accept_content" in str(exc),
+                        f"{store.label}: refusing a {name} result it does not accept, say so and name "
+                        f"result_accept_content: {exc}")
+            else:
+                raise AssertionError(f"{store.label} read a {name} result although only json is accepted: "
+                                     f"{dict(seen)!r}")
+            if isinstance(final, SuccessIsFinal) and final.success_is_final:
+                writer.store_result(done, error, FAILURE, None, None)
+                _expect(store.meta(done, reader).get("status") == SUCCESS,
+                        f"{store.label} promises success_is_final, yet a FAILURE stored in {name} after the "
+                        f"SUCCESS left {dict(store.meta(done, reader))!r}")
+
+
 def check_a_backend_that_discards_results_keeps_its_promise(backend: type[ResultBackend], url: str, *,
                                                             settings: Settings | None = None) -> None:
     """With :class:`~worker_core.slots.DiscardsResults`: every ``store_result`` the worker makes is
@@ -621,6 +679,7 @@ CHECKS: tuple[Check, ...] = (
     check_store_result_is_safe_from_several_threads,
     check_saved_groups_restore_as_saved_when_offered,
     check_a_chord_join_can_be_prepared_when_offered,
+    check_results_are_stored_in_each_result_serializer,
     check_a_backend_that_discards_results_keeps_its_promise,
 )
 

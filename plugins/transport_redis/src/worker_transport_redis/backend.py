@@ -12,12 +12,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kombu.utils import encoding as _encoding
-from kombu.utils import json as _json
-
-from worker_core.exceptions import ResultError, ResultTimeout
+from worker_core.exceptions import ResultDecodeError, ResultError, ResultTimeout
 from worker_core.redaction import redact_url
-from worker_core.results.meta import READY_STATES, make_meta, pending_meta
+from worker_core.results.codec import ResultCodec
+from worker_core.results.meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 from .backend_options import check_backend
 
@@ -31,17 +29,13 @@ __all__ = ["RedisBackend"]
 
 logger = logging.getLogger(__name__)
 
-# kombu's JSON codec (datetimes, UUIDs, Decimals, bytes) is not annotated.
-dumps: Callable[[Any], str] = _json.dumps
-loads: Callable[[str], Any] = _json.loads
-bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
+#: Reads and conditional writes of a result in a serializer other than JSON before giving up,
+#: when other writers keep changing its key in between.
+CHECKED_STORE_ATTEMPTS = 10
 
 
-def _decode(value: bytes | str) -> dict[str, Any]:
-    meta = loads(bytes_to_str(value))
-    if not isinstance(meta, dict):
-        raise ValueError(f"a stored result must be a JSON object (got {type(meta).__name__})")
-    return meta
+def _bytes(value: bytes | str) -> bytes:
+    return value.encode() if isinstance(value, str) else value  # as Redis holds it
 
 
 def _certificate_refused(exc: BaseException) -> bool:
@@ -57,7 +51,7 @@ def _certificate_refused(exc: BaseException) -> bool:
 class _Connected:
     """The connections of one process: the pool, a client, the store script, the listener."""
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: Any, codec: ResultCodec) -> None:
         import redis
 
         from .listener import ResultListener
@@ -67,13 +61,15 @@ class _Connected:
         self.pool = pool
         self.client = redis.Redis(connection_pool=pool)
         self.store = self.client.register_script(STORE_RESULT)
-        self.listener: ResultListener = ResultListener(self.client, _decode)
+        self.listener: ResultListener = ResultListener(
+            self.client, lambda value: codec.decode(value, "a result published"))
         self.errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 
 class RedisBackend:
-    """Results in ``celery-task-meta-<id>`` (kombu JSON of Celery's meta), kept ``result_expires``
-    seconds, published on a channel of the same name; a SUCCESS is never overwritten.
+    """Results in ``celery-task-meta-<id>`` (Celery's meta in ``result_serializer``, kombu JSON by
+    default), kept ``result_expires`` seconds, published on a channel of the same name; a
+    SUCCESS is never overwritten.
 
     Thread-safe; in a forked child it connects again (the parent's sockets are left alone).
     """
@@ -89,6 +85,7 @@ class RedisBackend:
         self.extended = settings.result_extended
         self.chord_expires = (settings.result_expires if settings.result_chord_expires is None
                               else settings.result_chord_expires)
+        self.codec = ResultCodec.from_settings(settings)
         self._lock = threading.Lock()
         self._connected: _Connected | None = None
 
@@ -107,14 +104,26 @@ class RedisBackend:
         state: str,
         traceback: str | None = None,
         request: Mapping[str, Any] | None = None,
+        *,
+        serializer: str | None = None,
     ) -> None:
         meta = make_meta(task_id, state, result, traceback, request, extended=self.extended)
+        name = serializer or self.codec.serializer
+        try:
+            payload = self.codec.encode(meta, name)
+        except Exception as exc:
+            raise ResultError(f"cannot encode the result of task {task_id} as {name}: "
+                              f"{type(exc).__name__}: {exc}") from exc
         # Celery: no expiry when result_expires is unset or 0.
         milliseconds = round(self.expires * 1000) if self.expires else 0
-        args: list[str | int] = [dumps(meta), milliseconds]
         key = self.key_for(task_id)
-        self._retrying(f"store the result of task {task_id}",
-                       lambda connected: connected.store(keys=[key], args=args))
+        if name == "json":
+            args: list[str | bytes | int] = [payload, milliseconds]
+            self._retrying(f"store the result of task {task_id}",
+                           lambda connected: connected.store(keys=[key], args=args))
+        else:
+            self._retrying(f"store the result of task {task_id}", lambda connected: self._store_checked(
+                connected, task_id, key, payload, milliseconds))
 
     # -- client side -------------------------------------------------------------------------------
 
@@ -156,7 +165,7 @@ class RedisBackend:
     def save_group(self, group_id: str, result: Any) -> None:
         """``celery-taskset-meta-<group_id>`` = ``{"result": result}``, kept ``result_expires``
         and published on a channel of the same name, as Celery saves a GroupResult."""
-        key, value = self.group_key(group_id), dumps({"result": result})
+        key, value = self.group_key(group_id), self.codec.encode({"result": result})
         seconds = round(self.expires) if self.expires else 0
 
         def save(connected: _Connected) -> Any:
@@ -172,10 +181,7 @@ class RedisBackend:
         value = self._retrying(f"restore group {group_id}", lambda connected: connected.client.get(key))
         if value is None:
             return None
-        try:
-            meta = _decode(value)
-        except ValueError as exc:
-            raise ResultError(f"the saved group {group_id} ({key}) is not Celery's format: {exc}") from exc
+        meta = self.codec.decode(value, f"the saved group {group_id} ({key})")
         if "result" not in meta:
             raise ResultError(f"the saved group {group_id} ({key}) has no 'result': {meta!r}")
         return meta["result"]
@@ -190,7 +196,7 @@ class RedisBackend:
         of plain tasks needs nothing before it is sent."""
         _, children = header
         if any(child[1] is not None for child in children):
-            self._set_chord_key(group_id, "", dumps({"result": header}))
+            self._set_chord_key(group_id, "", self.codec.encode({"result": header}))
 
     def set_chord_size(self, group_id: str, size: int) -> None:
         """``<group key>.s`` = ``size``, after deleting ``<group key>.c`` (the claim of a previous
@@ -224,11 +230,34 @@ class RedisBackend:
                     # After a fork the parent's connections stay untouched (closing them here
                     # would shut the parent's sockets): this process opens its own.
                     try:
-                        connected = self._connected = _Connected(self.config.pool())
+                        connected = self._connected = _Connected(self.config.pool(), self.codec)
                     except (ValueError, TypeError) as exc:
                         raise ResultError(
                             f"cannot use the result backend {redact_url(self.url)!r}: {exc}") from exc
         return connected
+
+    def _store_checked(self, connected: _Connected, task_id: str, key: str, payload: str | bytes,
+                       milliseconds: int) -> None:
+        """Store a meta Lua cannot read (not JSON): read the key and look for a SUCCESS here,
+        then write only if the key still holds what was read."""
+        import hashlib  # here: OpenSSL's library is loaded only by a worker storing results so
+
+        for _ in range(CHECKED_STORE_ATTEMPTS):
+            current = connected.client.get(key)
+            if current is not None and self._holds_success(current, task_id):
+                return
+            seen = hashlib.sha1(_bytes(current)).hexdigest() if current is not None else ""
+            if connected.store(keys=[key], args=[payload, milliseconds, seen]) != -1:
+                return
+        raise ResultError(f"cannot store the result of task {task_id}: {key} changed each of "
+                          f"{CHECKED_STORE_ATTEMPTS} times between reading and writing it")
+
+    def _holds_success(self, value: bytes | str, task_id: str) -> bool:
+        try:
+            meta = self.codec.decode(value, f"the stored result of task {task_id}")
+        except ResultDecodeError:
+            return False  # unreadable here (a format not accepted): replaced, as a SUCCESS cannot be told
+        return bool(meta.get("status") == SUCCESS)
 
     def _read(self, task_id: str) -> dict[str, Any] | None:
         key = self.key_for(task_id)
@@ -236,12 +265,7 @@ class RedisBackend:
                                lambda connected: connected.client.get(key))
         if value is None:
             return None
-        try:
-            return _decode(value)
-        except ValueError as exc:
-            raise ResultError(
-                f"the stored result of task {task_id} ({key}) is not Celery's format: {exc}"
-            ) from exc
+        return self.codec.decode(value, f"the stored result of task {task_id} ({key})")
 
     def _state_for_timeout(self, task_id: str) -> str:
         try:

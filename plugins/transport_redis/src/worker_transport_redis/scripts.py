@@ -148,11 +148,19 @@ FETCH_SHA = hashlib.sha1(FETCH.encode()).hexdigest()
 
 #: Store a task result unless SUCCESS is already stored, and PUBLISH it, atomically.
 #:
-#: KEYS[1] ``celery-task-meta-<id>``; ARGV[1] the meta (JSON), ARGV[2] milliseconds to keep it
-#: (0: forever). Whole seconds use SETEX, as Celery does. Returns 1 if stored, 0 if ignored.
+#: KEYS[1] ``celery-task-meta-<id>``; ARGV[1] the meta, ARGV[2] milliseconds to keep it (0:
+#: forever). Whole seconds use SETEX, as Celery does. A JSON meta (no ARGV[3]) is checked here;
+#: a meta in another serializer, which Lua cannot read, was checked by the caller, who passes
+#: as ARGV[3] the SHA-1 of the value it read ('' for none): it is stored only if that value is
+#: still there. Returns 1 if stored, 0 if ignored, -1 if the value changed since it was read.
 STORE_RESULT = """
 local current = redis.call('GET', KEYS[1])
-if current then
+if ARGV[3] then
+  local seen = current and redis.sha1hex(current) or ''
+  if seen ~= ARGV[3] then
+    return -1
+  end
+elseif current then
   local ok, meta = pcall(cjson.decode, current)
   if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then
     return 0
