@@ -370,8 +370,12 @@ def _app_module(tmp_path: Path, source: str) -> Path:
     ("from worker_core import App\napp = App('bad', result_serializer='pickle')\n",
      ["setting 'result_serializer' is 'pickle', but pickle is not accepted for results (accepted: json)",
       "Add 'pickle' to result_accept_content"]),
+    ("from worker_core import App\napp = App('bad')\n@app.task(result_serializer='pickle')\ndef f(): pass\n",
+     ["@app.task for 'badapp.f': result_serializer is 'pickle', but pickle is not accepted for results"]),
     ("from worker_core import App\napp = App('bad', result_accept_content=['jsn'])\n",
      ["'result_accept_content' names no serializer or content type kombu knows (got 'jsn')"]),
+    ("from worker_core import App\nclass B: pass\napp = App('bad')\n@app.task(base=B)\ndef f(): pass\n",
+     ["@app.task for 'badapp.f': base must be a subclass of worker_core.Task (got <class 'badapp.B'>"]),
 ])
 def test_an_app_module_with_bad_settings_or_tasks_stops_the_worker_before_it_starts(
         queue_url: str, tmp_path: Path, source: str, expected: list[str]) -> None:
@@ -419,6 +423,10 @@ def test_a_serializer_whose_library_is_missing_is_refused_naming_the_pip_install
     ({"name": " proj.add"}, "name must be a non-empty string without surrounding spaces (got ' proj.add')"),
     ({"name": 3}, "name must be a non-empty string without surrounding spaces (got 3)"),
     ({"typing": False}, "'typing' is a Celery task option this worker does not have"),
+    ({"base": dict}, "base must be a subclass of worker_core.Task (got <class 'dict'> that is a type)"),
+    ({"on_success": 3}, "on_success must be a function taking the task first (got 3)"),
+    ({"result_serializer": ""},
+     "result_serializer must be a name without surrounding spaces, or None (got '')"),
     ({"rate_limit": "10/d"}, "rate_limit: a rate limit is a number of tasks per second or a string like "
                              "'10/s', '100/m' or '2/h' (got '10/d')"),
 ])

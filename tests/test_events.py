@@ -4,51 +4,14 @@ once asked by ``enable_events``. (A Celery receiver reading them: ``test_interop
 from __future__ import annotations
 
 import os
-import time
 
-import kombu
 import pytest
 from apps import basic
 from conftest import REDIS_TEST_URL
+from event_listener import Listener
 from workers import TESTS, WorkerProcess
 
 from worker_core.control.client import broadcast
-
-
-class Listener:
-    """An exclusive queue bound to the ``celeryev`` exchange (fanout on Redis, as Celery has it)."""
-
-    def __init__(self, url: str) -> None:
-        self.connection = kombu.Connection(url)
-        exchange = kombu.Exchange("celeryev", type="fanout")
-        queue = kombu.Queue("", exchange, routing_key="#", exclusive=True, auto_delete=True)
-        self.messages: list[kombu.Message] = []
-        self.consumer = kombu.Consumer(self.connection, [queue], callbacks=[self._on_message],
-                                       accept=["json"])
-        self.consumer.consume()
-        try:  # Redis subscribes to the fanout channel on the first drain
-            self.connection.drain_events(timeout=0.2)
-        except TimeoutError:
-            pass
-
-    def _on_message(self, body, message) -> None:
-        self.messages.append(message)
-
-    def events(self, kind: str | None = None) -> list[dict]:
-        return [m.payload for m in self.messages if kind is None or m.payload["type"] == kind]
-
-    def until(self, condition, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; events so far: {[e['type'] for e in self.events()]}")
-            try:
-                self.connection.drain_events(timeout=0.1)
-            except TimeoutError:
-                pass
-
-    def close(self) -> None:
-        self.connection.close()
 
 
 @pytest.fixture

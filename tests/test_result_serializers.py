@@ -1,16 +1,22 @@
 """Results stored in Celery's result serializers (``result_serializer``: json, msgpack, yaml,
-pickle): told apart when read, and refused when not accepted. (Each backend against the
-contract: ``test_result_backend_contract.py``; refusals at start: ``test_bad_configuration.py``.)"""
+pickle): told apart when read, refused when not accepted, and, with the setting, stored so by a
+real worker for a Celery client set the same way and for this project's client. (Each backend
+against the contract: ``test_result_backend_contract.py``; a task's own serializer and Celery
+clients: ``test_task_api.py``; refusals at start: ``test_bad_configuration.py``.)"""
 
 from __future__ import annotations
 
 import pickle
+import uuid
 
 import pytest
+from apps import taskapi
+from conftest import empty_redis, redis_db
 
 from worker_core.exceptions import ResultDecodeError
 from worker_core.results.codec import ResultCodec
 
+RESULTS_URL = redis_db(6)
 META = {"status": "SUCCESS", "result": {"n": [1, 2.5, None, "x"]}, "traceback": None, "children": [],
         "date_done": "2024-05-17T12:30:00+00:00", "task_id": "t-1"}
 
@@ -49,3 +55,35 @@ def test_a_result_that_is_no_meta_or_compressed_is_refused_saying_so() -> None:
     with pytest.raises(ResultDecodeError, match=r"compressed \(Celery's result_compression\)"):
         codec.decode(b"\x00celery-compressed\x00application/x-gzip\x00...", "the result")
     assert codec.decode(pickle.dumps(META, protocol=2), "the result") == META
+
+
+def test_with_the_result_serializer_setting_a_celery_client_set_the_same_and_ours_read_the_results(
+        workers) -> None:
+    from celery import Celery
+
+    url = empty_redis(RESULTS_URL)
+    queue = f"serializers-{uuid.uuid4().hex[:8]}"
+    worker = workers.start("-Q", queue, "-c", "1", app="apps.taskapi", pool="prefork", broker=url,
+                           backend=url, env={"WORKER_RESULT_SERIALIZER": "yaml",
+                                             # the app has a task storing pickle: accepted, or refused
+                                             "WORKER_RESULT_ACCEPT_CONTENT": "json,yaml,pickle"})
+    client = Celery("serializers-client", broker=url, backend=url)
+    client.conf.update(broker_connection_retry_on_startup=True, result_serializer="yaml",
+                       result_accept_content=["yaml"])
+    try:
+        expected = {"serializer": "setting", "items": [1, 2.5, None, "x"]}
+        assert client.send_task("apps.taskapi.plain", queue=queue).get(timeout=20) == expected
+        with pytest.raises(taskapi.Refused, match="plain"):
+            client.send_task("apps.taskapi.plain", (True,), queue=queue).get(timeout=20)
+        expired = client.send_task("apps.taskapi.plain", queue=queue, countdown=1, expires=0.2)
+        with pytest.raises(Exception) as revoked:  # stored by the worker's main process, in yaml too
+            expired.get(timeout=20)
+        assert type(revoked.value).__name__ == "TaskRevokedError"
+    finally:
+        client.close()
+    taskapi.app.conf.update(broker_url=url, result_backend=url, result_accept_content=["json", "yaml"])
+    try:
+        assert taskapi.plain.apply_async(queue=queue).get(timeout=20) == expected
+    finally:
+        taskapi.app.close()
+    assert "could not store state" not in worker.log()

@@ -15,8 +15,9 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
+from .app.handlers import ExceptionInfo, call_handler
 from .exceptions import Ignore, Reject, ResultError, Retry
-from .protocol import parse_iso, safe_repr, utcnow
+from .protocol import parse_iso, safe_repr, shown, utcnow
 from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
 
 if TYPE_CHECKING:
@@ -72,9 +73,13 @@ def request_mapping(name: str, task_id: str, args: list[Any], kwargs: dict[str, 
 
 
 def _store(
-    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any]
+    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any],
+    serializer: str | None,
 ) -> None:
-    app.backend.store_result(task_id, result, state, tb, request)
+    if serializer is None:  # the backend's own, the result_serializer setting
+        app.backend.store_result(task_id, result, state, tb, request)
+    else:
+        app.backend.store_result(task_id, result, state, tb, request, serializer=serializer)
 
 
 def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
@@ -96,20 +101,29 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
     store = not (context.ignore_result or task.ignore_result)
     request = request_mapping(name, task_id, args, kwargs, fields) if store else {}
     hooks = _implemented
+    handlers = task.handlers  # empty unless the task's class overrides one (decided once)
+    serializer = task.result_serializer
     started = perf_counter()
     if store and task.track_started:
-        _store(app, task_id, {"pid": os.getpid(), "hostname": context.hostname}, STARTED, None, request)
+        _store(app, task_id, {"pid": os.getpid(), "hostname": context.hostname}, STARTED, None, request,
+               serializer)
     push(context)
     try:
         if "task_prerun" in hooks:
             _hook("task_prerun", task_id=task_id, task=task, args=args, kwargs=kwargs, request=context)
         try:
-            retval = task.run(*args, **kwargs)
+            if "before_start" in handlers:
+                task.before_start(task_id, args, kwargs)
+            retval = task(*args, **kwargs) if task.overrides_call else task.run(*args, **kwargs)
         except Retry as exc:
             runtime = perf_counter() - started
             reason = exc.exc if exc.exc is not None else exc
             if store:
-                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), request)
+                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), request,
+                            serializer)
+            if "on_retry" in handlers:
+                call_handler(task, "on_retry", _label(context), exc.exc, task_id, args, kwargs,
+                             ExceptionInfo.of(exc))
             if "task_retry" in hooks:
                 _hook("task_retry", task=task, task_id=task_id, request=context, reason=reason,
                       traceback=reason.__traceback__)
@@ -128,7 +142,9 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
                 _hook("task_failure", task=task, task_id=task_id, exception=exc, args=args, kwargs=kwargs,
                       traceback=exc.__traceback__, request=context)
             if store:
-                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request)
+                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request, serializer)
+            if handlers:
+                _failed(task, handlers, context, exc, text)
             _postrun(hooks, task, task_id, args, kwargs, exc, FAILURE, context)
             return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
         runtime = perf_counter() - started
@@ -136,19 +152,44 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
             _hook("task_success", task=task, task_id=task_id, result=retval, request=context)
         if store:
             try:
-                _store(app, task_id, retval, SUCCESS, None, request)
+                _store(app, task_id, retval, SUCCESS, None, request, serializer)
             except Exception as exc:  # the value could not be encoded, or the backend failed
                 text = traceback.format_exc()
                 error = ResultError(
                     f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
                 )
-                _safe_store(app, task_id, encode_exception(error), FAILURE, text, request)
+                _safe_store(app, task_id, encode_exception(error), FAILURE, text, request, serializer)
+                if handlers:
+                    _failed(task, handlers, context, error, text)
                 _postrun(hooks, task, task_id, args, kwargs, error, FAILURE, context)
                 return ("failure", runtime, type(exc).__name__, safe_repr(error, 500), text)
+        if handlers:
+            label = _label(context)
+            if "on_success" in handlers:
+                call_handler(task, "on_success", label, retval, task_id, args, kwargs)
+            if "after_return" in handlers:
+                call_handler(task, "after_return", label, SUCCESS, retval, task_id, args, kwargs, None)
         _postrun(hooks, task, task_id, args, kwargs, retval, SUCCESS, context)
         return ("success", runtime, safe_repr(retval, 300) if log_result else None)
     finally:
         pop()
+
+
+def _label(context: TaskContext) -> str:
+    """``name[id]`` for the log, with the shadow name when the sender gave one (as Celery logs),
+    bounded: both come from the message."""
+    return f"{shown(context.shadow or context.task or '')}[{shown(context.id or '', 100)}]"
+
+
+def _failed(task: Any, handlers: frozenset[str], context: TaskContext, exc: BaseException, text: str) -> None:
+    """The handlers of a failed task, after its FAILURE is stored, as Celery calls them."""
+    label = _label(context)
+    if "on_failure" in handlers:
+        call_handler(task, "on_failure", label, exc, context.id, context.args, context.kwargs,
+                     ExceptionInfo.of(exc, text))
+    if "after_return" in handlers:
+        call_handler(task, "after_return", label, FAILURE, exc, context.id, context.args, context.kwargs,
+                     None)
 
 
 def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: list[Any],
@@ -159,10 +200,11 @@ def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: li
 
 
 def _safe_store(
-    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any]
+    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any],
+    serializer: str | None,
 ) -> None:
     try:
-        _store(app, task_id, result, state, tb, request)
+        _store(app, task_id, result, state, tb, request, serializer)
     except Exception:
         logger.exception("could not store state %s for task %s", state, task_id)
 

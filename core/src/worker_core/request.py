@@ -10,9 +10,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .app.context import TaskContext
+from .app.handlers import ExceptionInfo, call_in_main_process
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute, request_mapping
-from .protocol import TaskEnvelope, safe_repr, shown, to_iso
+from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
+from .protocol.headers import PROTOCOL_HEADERS
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
@@ -24,9 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["LOST_HEADER", "Request"]
 
 logger = logging.getLogger("worker.request")
-
-#: Header counting the processes a task has killed, so a poison message stops coming back.
-LOST_HEADER = "x-worker-lost"
 
 
 class Request:
@@ -76,9 +76,15 @@ class Request:
         return f"<Request {self.name}[{self.id}]>"
 
     @property
+    def shown_name(self) -> str:
+        """The name logs and monitors show: the sender's shadow name if it gave one (Celery's
+        ``shadow``), else the task's."""
+        return self.envelope.shadow or self.name
+
+    @property
     def label(self) -> str:
-        """``name[id]`` for log lines, bounded: both come from the message."""
-        return f"{shown(self.name)}[{shown(self.id, 100)}]"
+        """``name[id]`` for log lines (the shadow name if any), bounded: both come from the message."""
+        return f"{shown(self.envelope.shadow or self.name)}[{shown(self.id, 100)}]"
 
     # -- facts ---------------------------------------------------------------------------------
 
@@ -115,6 +121,9 @@ class Request:
             envelope.correlation_id,
             self.delivery_info(),
             envelope.ignore_result,
+            envelope.shadow,
+            # (the common case checked here: it is on every message's way, where a call is felt)
+            None if PROTOCOL_HEADERS.issuperset(headers) else custom_headers(headers),
         )
 
     def request_fields(self) -> dict[str, Any]:
@@ -225,6 +234,12 @@ class Request:
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
+        if isinstance(exc, TimeLimitExceeded) and self.task.handlers:
+            # its process is gone: the handlers run here, as in Celery
+            self._call_handlers([("on_failure", (exc, self.id, self.envelope.args, self.envelope.kwargs,
+                                                 ExceptionInfo.of(exc, text))),
+                                 ("after_return", (FAILURE, exc, self.id, self.envelope.args,
+                                                   self.envelope.kwargs, None))])
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
                         runtime=0.0, exception=safe_repr(exc), traceback="")
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
@@ -300,7 +315,11 @@ class Request:
                 logger.warning("Could not terminate %s (%s): it runs on, and the broker delivers it "
                                "again", self.label, exc)
         self.acknowledged = True  # its channel is gone: nothing to acknowledge or reject
-        self.store(encode_exception(Retry("cancelled by the worker after a connection loss")), RETRY, None)
+        reason = Retry("cancelled by the worker after a connection loss")
+        self.store(encode_exception(reason), RETRY, None)
+        if self.task.handlers:
+            self._call_handlers([("on_retry", (reason, self.id, self.envelope.args, self.envelope.kwargs,
+                                               None))])
         self.consumer.notify("task_retried", request=self, reason="cancelled after a connection loss")
         # sets finished: the pool's report of the killed process is ignored
         self.consumer.reservations.task_done(self)
@@ -333,10 +352,23 @@ class Request:
     def store(self, result: Any, state: str, traceback: str | None) -> None:
         if self.envelope.ignore_result or self.task.ignore_result:
             return
+        backend = self.consumer.app.backend
+        serializer = self.task.result_serializer
         try:
-            self.consumer.app.backend.store_result(self.id, result, state, traceback, self.request_fields())
+            if serializer is None:
+                backend.store_result(self.id, result, state, traceback, self.request_fields())
+            else:
+                backend.store_result(self.id, result, state, traceback, self.request_fields(),
+                                     serializer=serializer)
         except Exception:
             logger.exception("could not store state %s for task %s", state, self.label)
+
+    def _call_handlers(self, calls: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """The task's handlers for an outcome only this process sees, with ``task.request`` set."""
+        envelope = self.envelope
+        context = TaskContext(self.id, self.name, envelope.args, envelope.kwargs, *self.message_fields())
+        context.called_directly = False
+        call_in_main_process(self.task, context, self.label, calls)
 
 
 def _seconds(value: float) -> str:

@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 
 __all__ = ["App", "Config"]
 
+_Task = Task  # inside App, "Task" names the property
+
 #: Retries of a publish while the broker is briefly unreachable (as Celery's default policy).
 PUBLISH_RETRY_POLICY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 
@@ -79,6 +81,8 @@ class App:
     :param backend: result backend URL (default: the transport's own when it has one, else
         results are disabled).
     :param config_source: a mapping, module or object with settings (see ``Settings``).
+    :param task_cls: the class of this app's tasks (a :class:`Task` subclass, or its
+        ``"module:Class"`` name, imported when the first task is defined), as in Celery.
     """
 
     def __init__(
@@ -89,10 +93,14 @@ class App:
         backend: str | None = None,
         config_source: Any = None,
         namespace: str | None = None,
+        task_cls: type[_Task] | str | None = None,
         **settings: Any,
     ) -> None:
         self.main = main
-        self.tasks: dict[str, Task] = {}
+        self.tasks: dict[str, _Task] = {}
+        if task_cls is not None and not isinstance(task_cls, str):
+            _task_class("task_cls", task_cls)
+        self._task_cls: type[_Task] | str = task_cls or _Task
         explicit = dict(settings)
         if broker is not None:
             explicit["broker_url"] = broker
@@ -146,11 +154,18 @@ class App:
 
     # -- tasks -------------------------------------------------------------------------------
 
-    @overload
-    def task(self, fun: Callable[..., Any]) -> Task: ...
+    @property
+    def Task(self) -> type[_Task]:
+        """The class of this app's tasks (``task_cls``): subclass it for a base of your own."""
+        if isinstance(self._task_cls, str):
+            self._task_cls = _task_class("task_cls", _import_class(self._task_cls))
+        return self._task_cls
 
     @overload
-    def task(self, **options: Any) -> Callable[[Callable[..., Any]], Task]: ...
+    def task(self, fun: Callable[..., Any]) -> _Task: ...
+
+    @overload
+    def task(self, **options: Any) -> Callable[[Callable[..., Any]], _Task]: ...
 
     def task(self, fun: Callable[..., Any] | None = None, **options: Any) -> Any:
         """Register a function as a task: ``@app.task`` or ``@app.task(name=..., bind=True, ...)``."""
@@ -162,7 +177,9 @@ class App:
             return self._register(fun)
         return lambda function: self._register(function, **options)
 
-    def _register(self, fun: Callable[..., Any], **options: Any) -> Task:
+    def _register(self, fun: Callable[..., Any], **options: Any) -> _Task:
+        if not callable(fun):
+            raise ConfigurationError(f"@app.task needs a function (got {fun!r})")
         name = options.pop("name", None)
         if name is None:
             name = self._task_name(fun)
@@ -172,28 +189,61 @@ class App:
                 f"surrounding spaces (got {name!r}), for example @app.task(name='proj.add'); leave it "
                 f"out to use {self._task_name(fun)!r}"
             )
+        base = options.pop("base", None)
         try:
-            task = Task(self, fun, name=name, **options)
-        except TypeError as exc:
+            cls = self.Task if base is None else _task_class("base", base)
+        except ConfigurationError as exc:
             raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
+        try:
+            task = cls()
+        except Exception as exc:
+            raise ConfigurationError(f"@app.task for {name!r}: its class {_qualified(cls)} could not be "
+                                     f"made: {type(exc).__name__}: {exc}") from None
+        task._setup(self, name, fun, options)
+        return self._add(task)
+
+    def register_task(self, task: _Task | type[_Task], **options: Any) -> _Task:
+        """Register a class-based task, as Celery's ``app.register_task``: a :class:`Task`
+        subclass (or an instance of one) whose ``run`` is the task's body, named by its ``name``
+        attribute (else ``module.ClassName``); ``options`` are those of ``@app.task``."""
+        if isinstance(task, type):
+            cls = _task_class("register_task", task)
+            try:
+                task = cls()
+            except Exception as exc:
+                raise ConfigurationError(f"register_task: {_qualified(cls)} could not be made: "
+                                         f"{type(exc).__name__}: {exc}") from None
+        elif not isinstance(task, _Task):
+            raise ConfigurationError(f"register_task needs a subclass of worker_core.Task or an instance of "
+                                     f"one (got {task!r} that is a {type(task).__name__})")
+        name = options.pop("name", None) or task.name or self._task_name(type(task))
+        if not isinstance(name, str) or name != name.strip():
+            raise ConfigurationError(f"register_task: the name of {_qualified(type(task))} must be a "
+                                     f"non-empty string without surrounding spaces (got {name!r})")
+        if self.tasks.get(name) is task:
+            return task  # registered already
+        task._setup(self, name, None, options)
+        return self._add(task)
+
+    def _add(self, task: _Task) -> _Task:
+        name = task.name
         existing = self.tasks.get(name)
-        if existing is not None and (existing.fun.__module__, existing.fun.__qualname__) != (
-            fun.__module__, fun.__qualname__
-        ):
+        if existing is not None and existing is not task and _origin(existing) != _origin(task):
+            module, qualname = _origin(existing)
             raise ConfigurationError(
-                f"task name {name!r} is already registered by {existing.fun.__module__}."
-                f"{existing.fun.__qualname__}; give one of them another name with @app.task(name=...)"
+                f"task name {name!r} is already registered by {module}.{qualname}; give one of them "
+                f"another name with @app.task(name=...)"
             )
         self.tasks[name] = task
         return task
 
-    def _task_name(self, fun: Callable[..., Any]) -> str:
+    def _task_name(self, fun: Callable[..., Any] | type) -> str:
         module = fun.__module__
         if module == "__main__" and self.main:
             module = self.main
         return f"{module}.{fun.__name__}"
 
-    def get_task(self, name: str) -> Task:
+    def get_task(self, name: str) -> _Task:
         try:
             return self.tasks[name]
         except KeyError:
@@ -301,7 +351,8 @@ class App:
         sent with the return value once the task succeeds, with its id if it fails), ``chain``
         (the signatures to run after it, last first), ``chord`` (the body of the chord whose
         header it is part of), ``group_index`` (its place in the group ``group_id``),
-        ``headers`` (added to the message's), ``reply_to``, ``route_name`` (route it as that
+        ``headers`` (added to the message's: the worker's task reads them as
+        ``self.request.headers``), ``reply_to``, ``route_name`` (route it as that
         task), ``argsrepr``/``kwargsrepr`` (how its arguments are shown), Celery's stamps, and
         the publish's ``retry``/``retry_policy``.
         """
@@ -477,6 +528,34 @@ class App:
 
     def __repr__(self) -> str:
         return f"<App {self.main or '__main__'}: {len(self.tasks)} tasks>"
+
+
+def _import_class(spec: str) -> Any:
+    from kombu.utils.imports import symbol_by_name
+
+    try:
+        return symbol_by_name(spec)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigurationError(f"task_cls {spec!r} cannot be imported ({type(exc).__name__}: {exc}); name "
+                                 f"a subclass of worker_core.Task as 'module:Class'") from None
+
+
+def _task_class(what: str, cls: Any) -> type[Task]:
+    if isinstance(cls, type) and issubclass(cls, Task):
+        return cls
+    raise ConfigurationError(f"{what} must be a subclass of worker_core.Task (got {cls!r} that is a "
+                             f"{type(cls).__name__})")
+
+
+def _qualified(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _origin(task: Task) -> tuple[str, str]:
+    """Where a task's body comes from: registering it again from there is no conflict (a
+    module imported twice)."""
+    body = task.fun
+    return getattr(body, "__module__", "?"), getattr(body, "__qualname__", repr(body))
 
 
 _apps: weakref.WeakSet[App] = weakref.WeakSet()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
@@ -34,18 +34,39 @@ class TaskContext:
     correlation_id: str | None = None
     delivery_info: Mapping[str, Any] = attrs.field(factory=dict)
     ignore_result: bool = False
+    #: the name the sender gave the task for logs and monitors, if any
+    shadow: str | None = None
+    #: the message's own headers (the sender's ``headers=``), None when it has none, as in Celery
+    headers: dict[str, Any] | None = None
     is_eager: bool = False
     called_directly: bool = True
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=False)
 
+    def get(self, key: str, default: Any = None) -> Any:
+        """An attribute, or one of the message's own headers, else ``default`` (Celery's)."""
+        return getattr(self, key, default)
+
+    if not TYPE_CHECKING:  # at run time only: mypy keeps checking the declared attributes
+        def __getattr__(self, name: str) -> Any:
+            # As in Celery, each of the message's own headers is an attribute of the request.
+            if not name.startswith("__"):
+                try:
+                    headers = object.__getattribute__(self, "headers")
+                except AttributeError:
+                    headers = None
+                if headers and name in headers:
+                    return headers[name]
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
 
 #: What a request carries from its message to the executor, in :class:`TaskContext`'s order
 #: (after id, task, args and kwargs): the executor gets them as a tuple, which a process pool
 #: pickles in half the time of a dict of them.
 MESSAGE_FIELDS = ("retries", "eta", "expires", "timelimit", "root_id", "parent_id", "group", "group_index",
-                  "origin", "hostname", "reply_to", "correlation_id", "delivery_info", "ignore_result")
+                  "origin", "hostname", "reply_to", "correlation_id", "delivery_info", "ignore_result",
+                  "shadow", "headers")
 
 
 _EMPTY = TaskContext()

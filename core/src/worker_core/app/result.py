@@ -107,6 +107,32 @@ class AsyncResult:
     def date_done(self) -> str | None:
         return self._meta().get("date_done")
 
+    # What the result_extended setting stores with a result (None without it), as in Celery.
+
+    @property
+    def name(self) -> str | None:
+        return self._meta().get("name")
+
+    @property
+    def args(self) -> list[Any] | None:
+        return self._meta().get("args")
+
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        return self._meta().get("kwargs")
+
+    @property
+    def worker(self) -> str | None:
+        return self._meta().get("worker")
+
+    @property
+    def retries(self) -> int | None:
+        return self._meta().get("retries")
+
+    @property
+    def queue(self) -> str | None:
+        return self._meta().get("queue")
+
     def ready(self) -> bool:
         return self.state in READY_STATES
 

@@ -1,31 +1,39 @@
-"""Tasks: ``@app.task`` functions you can call, send (``delay``/``apply_async``) and retry.
+"""Tasks: ``@app.task`` functions and Task classes, which you can call, send
+(``delay``/``apply_async``), retry, and follow (``update_state``, the handlers).
 
-One module: every option of ``@app.task`` and what it means for calling, sending and retrying is the
-Task class.
+One module: what each task option means for calling, sending, retrying and storing is the Task
+class, as in Celery (the options' checks are in :mod:`.task_options`, the handlers' calls in
+:mod:`.handlers`).
 """
 
 from __future__ import annotations
 
 import functools
-import inspect
-import math
 import random
+import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..exceptions import ConfigurationError, Ignore, MaxRetriesExceededError, Reject, Retry
-from ..options import did_you_mean
 from ..protocol import safe_repr
+from ..protocol.headers import DEAD_LETTER_HEADERS
 from ..rates import parse_rate
+from ..results.meta import EXCEPTION_STATES, encode_exception
+from . import task_options as check
 from .context import TaskContext, current_context, pushed
+from .handlers import HANDLERS, ExceptionInfo, overridden
 
 if TYPE_CHECKING:
     from ..canvas.signatures import Signature
     from .base import App
     from .result import AsyncResult
 
-__all__ = ["Task", "backoff_countdown"]
+__all__ = ["FOLLOW_SETTINGS", "OPTIONS", "Task", "backoff_countdown"]
+
+_MISSING = object()
 
 
 def backoff_countdown(
@@ -39,120 +47,153 @@ def backoff_countdown(
     return max(0.0, float(countdown))
 
 
-def _exception_types(name: str, value: Any) -> tuple[type[BaseException], ...]:
-    if value is None:
-        return ()
-    items = value if isinstance(value, (list, tuple)) else (value,)
-    for item in items:
-        if not (isinstance(item, type) and issubclass(item, BaseException)):
-            raise ConfigurationError(f"{name} must be exception classes (got {item!r})")
-    return tuple(items)
-
-
-def _optional_number(name: str, value: Any, *, whole: bool = False) -> Any:
-    if value is None:
-        return None
-    kinds = (int,) if whole else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value) or value < 0:
-        kind = "a whole number" if whole else "a number"
-        raise ConfigurationError(f"{name} must be {kind}, 0 or more, or None (got {value!r})")
-    return value
-
-
-def _optional_bool(name: str, value: Any) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True, False or None (got {value!r})")
-    return value
-
-
-def _bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False (got {value!r})")
-    return value
-
-
-def _optional_name(name: str, value: Any) -> str | None:
-    if value is not None and (not isinstance(value, str) or not value or value != value.strip()):
-        raise ConfigurationError(f"{name} must be a name without surrounding spaces, or None (got {value!r})")
-    return value
+#: The options that follow an app setting while they are None: a property each on Task (kept
+#: under ``_<name>``), so a subclass's class attribute of the same name is that option's default.
+FOLLOW_SETTINGS = ("acks_late", "ignore_result", "default_retry_delay", "time_limit", "soft_time_limit",
+                   "reject_on_worker_lost", "acks_on_failure_or_timeout", "track_started", "rate_limit")
 
 
 class Task:
-    """A function registered with an :class:`App`.
+    """A task: a function registered with ``@app.task``, or a subclass whose :meth:`run` is the
+    task's body, registered with ``app.register_task``, as in Celery.
 
-    Calling it runs the function here and now; :meth:`delay` and :meth:`apply_async` send it to
-    a worker. Options left as ``None`` follow the app's settings (``task_acks_late``, ...).
+    Its options are its attributes. A subclass's class attributes are the defaults of every task
+    made from it (``@app.task(base=MyTask)``, ``App(task_cls=MyTask)``), its methods and
+    properties are there for ``self`` in bound tasks, and the handlers it overrides
+    (:meth:`before_start`, :meth:`on_success`, :meth:`on_failure`, :meth:`on_retry`,
+    :meth:`after_return`) are called where Celery calls them. The options given to
+    ``@app.task`` win over the class's; those left None follow the app's settings
+    (``task_acks_late``, ...).
+
+    Calling a task runs it here and now; :meth:`delay` and :meth:`apply_async` send it to a worker.
     """
 
-    def __init__(
-        self,
-        app: App,
-        fun: Callable[..., Any],
-        *,
-        name: str,
-        bind: bool = False,
-        acks_late: bool | None = None,
-        ignore_result: bool | None = None,
-        max_retries: int | None = 3,
-        default_retry_delay: float | None = None,
-        autoretry_for: Sequence[type[BaseException]] | type[BaseException] | None = None,
-        dont_autoretry_for: Sequence[type[BaseException]] | type[BaseException] | None = None,
-        retry_kwargs: Mapping[str, Any] | None = None,
-        retry_backoff: bool | float = False,
-        retry_backoff_max: float = 600,
-        retry_jitter: bool = True,
-        time_limit: float | None = None,
-        soft_time_limit: float | None = None,
-        reject_on_worker_lost: bool | None = None,
-        acks_on_failure_or_timeout: bool | None = None,
-        track_started: bool | None = None,
-        queue: str | None = None,
-        priority: int | None = None,
-        serializer: str | None = None,
-        rate_limit: str | float | None = None,
-        **unknown: Any,
-    ) -> None:
-        if not callable(fun):
-            raise ConfigurationError(f"@app.task needs a function (got {fun!r})")
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(f"a task name must be a non-empty string (got {name!r})")
-        if unknown:
-            raise ConfigurationError(_unknown_options(name, unknown))
+    #: the task's name: a class-based task may set it, else it is ``module.ClassName``
+    name: str = ""
+    #: pass the task itself to the function as its first argument (``self``)
+    bind: bool = False
+    max_retries: int | None = 3
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    retry_kwargs: Mapping[str, Any] = types.MappingProxyType({})
+    retry_backoff: float | bool = False
+    retry_backoff_max: float = 600
+    retry_jitter: bool = True
+    queue: str | None = None
+    priority: int | None = None
+    #: how its messages are serialized (None: the task_serializer setting)
+    serializer: str | None = None
+    #: how its results are stored (None: the result_serializer setting)
+    result_serializer: str | None = None
+    # the defaults of the options that follow the app's settings (see FOLLOW_SETTINGS)
+    _acks_late: bool | None = None
+    _ignore_result: bool | None = None
+    _default_retry_delay: float | None = None
+    _time_limit: float | None = None
+    _soft_time_limit: float | None = None
+    _reject_on_worker_lost: bool | None = None
+    _acks_on_failure_or_timeout: bool | None = None
+    _track_started: bool | None = None
+    _rate_limit: str | float | None = None
+    rate_per_second: float | None = None
+
+    #: the handlers this task overrides, decided when it is registered: the worker calls no other
+    handlers: frozenset[str] = frozenset()
+    #: whether the worker calls the task itself (its class overrides ``__call__``) or its run
+    overrides_call: bool = False
+    _names_shadow: bool = False
+
+    app: App
+    fun: Callable[..., Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # ``acks_late = True`` in a subclass would hide the property that makes None follow the
+        # app's setting: the value becomes the property's default instead.
+        for option in FOLLOW_SETTINGS:
+            value = cls.__dict__.get(option, _MISSING)
+            if value is _MISSING or hasattr(value, "__get__"):  # a property of the class's own stays
+                continue
+            setattr(cls, f"_{option}", value)
+            delattr(cls, option)
+
+    def _setup(self, app: App, name: str, fun: Callable[..., Any] | None, options: Mapping[str, Any]) -> None:
+        """Bind this task to ``app`` as ``name``: ``fun`` is its body (None for a class-based
+        task, whose body is its run method), ``options`` win over its class's attributes. Done
+        once, by ``@app.task`` and ``app.register_task``."""
+        given = dict(options)
+        cls = type(self)
+        for option in sorted(given):
+            if option not in OPTIONS and not _declared_by_subclass(cls, option):
+                raise ConfigurationError(check.unknown_option(name, option, OPTIONS))
+
+        def value(option: str, attribute: str | None = None) -> tuple[str, Any]:
+            """The option given, else the class's default, with the name an error should use."""
+            if option in given:
+                return option, given.pop(option)
+            attribute = attribute or option
+            owner = next((base for base in cls.__mro__ if attribute in vars(base)), Task)
+            return (option if owner is Task else f"{owner.__qualname__}.{option}"), getattr(cls, attribute)
+
         try:
             self.app = app
-            self.fun = fun
             self.name = name
-            self.bind = _bool("bind", bind)
-            self._acks_late = _optional_bool("acks_late", acks_late)
-            self._ignore_result = _optional_bool("ignore_result", ignore_result)
-            self.max_retries = _optional_number("max_retries", max_retries, whole=True)
-            self._default_retry_delay = _optional_number("default_retry_delay", default_retry_delay)
-            self.autoretry_for = _exception_types("autoretry_for", autoretry_for)
-            self.dont_autoretry_for = _exception_types("dont_autoretry_for", dont_autoretry_for)
-            if retry_kwargs is not None and not isinstance(retry_kwargs, Mapping):
-                raise ConfigurationError(f"retry_kwargs must be a mapping (got {retry_kwargs!r})")
-            self.retry_kwargs = dict(retry_kwargs or {})
-            if isinstance(retry_backoff, bool):
-                self.retry_backoff = 1.0 if retry_backoff else 0.0
+            self.bind = check.bool_option(*value("bind"))
+            self._acks_late = check.optional_bool(*value("acks_late", "_acks_late"))
+            self._ignore_result = check.optional_bool(*value("ignore_result", "_ignore_result"))
+            self.max_retries = check.optional_number(*value("max_retries"), whole=True)
+            self._default_retry_delay = check.optional_number(*value("default_retry_delay",
+                                                                     "_default_retry_delay"))
+            self.autoretry_for = check.exception_types(*value("autoretry_for"))
+            self.dont_autoretry_for = check.exception_types(*value("dont_autoretry_for"))
+            self.retry_kwargs = check.mapping(*value("retry_kwargs"))
+            label, backoff = value("retry_backoff")
+            if isinstance(backoff, bool):
+                self.retry_backoff = 1.0 if backoff else 0.0
             else:
-                self.retry_backoff = float(_optional_number("retry_backoff", retry_backoff) or 0)
-            self.retry_backoff_max = float(_optional_number("retry_backoff_max", retry_backoff_max) or 0)
-            self.retry_jitter = _bool("retry_jitter", retry_jitter)
-            self.set_time_limits(soft_time_limit, time_limit)
-            self._reject_on_worker_lost = _optional_bool("reject_on_worker_lost", reject_on_worker_lost)
-            self._acks_on_failure_or_timeout = _optional_bool("acks_on_failure_or_timeout",
-                                                              acks_on_failure_or_timeout)
-            self._track_started = _optional_bool("track_started", track_started)
-            self.queue = _optional_name("queue", queue)
-            self.priority = _optional_number("priority", priority, whole=True)
-            if self.priority is not None and self.priority > 255:
-                raise ConfigurationError(
-                    f"priority must be a whole number from 0 to 255, or None (got {priority!r})")
-            self.serializer = _optional_name("serializer", serializer)
-            self.rate_limit = rate_limit
+                self.retry_backoff = float(check.optional_number(label, backoff) or 0)
+            self.retry_backoff_max = float(check.optional_number(*value("retry_backoff_max")) or 0)
+            self.retry_jitter = check.bool_option(*value("retry_jitter"))
+            soft = value("soft_time_limit", "_soft_time_limit")[1]
+            self.set_time_limits(soft, value("time_limit", "_time_limit")[1])
+            self._reject_on_worker_lost = check.optional_bool(*value("reject_on_worker_lost",
+                                                                     "_reject_on_worker_lost"))
+            self._acks_on_failure_or_timeout = check.optional_bool(*value("acks_on_failure_or_timeout",
+                                                                          "_acks_on_failure_or_timeout"))
+            self._track_started = check.optional_bool(*value("track_started", "_track_started"))
+            self.queue = check.optional_name(*value("queue"))
+            self.priority = check.priority(*value("priority"))
+            self.serializer = check.optional_name(*value("serializer"))
+            self.result_serializer = check.optional_name(*value("result_serializer"))
+            self.rate_limit = value("rate_limit", "_rate_limit")[1]
+            methods = {option: given.pop(option) for option in (*HANDLERS, "shadow_name") if option in given}
+            for option, method in methods.items():
+                if not callable(method):
+                    raise ConfigurationError(
+                        f"{option} must be a function taking the task first (got {method!r})")
+                setattr(self, option, types.MethodType(method, self))
+            for option, extra in given.items():  # attributes the base class declares for its own use
+                setattr(self, option, extra)
         except ConfigurationError as exc:
             raise ConfigurationError(f"@app.task for {name!r}: {exc}") from None
-        functools.update_wrapper(self, fun)
+        if fun is not None:
+            if not callable(fun):
+                raise ConfigurationError(f"@app.task needs a function (got {fun!r})")
+            self.fun = fun
+            # as Celery makes it: the function itself, or a method of this task when bound
+            self.run = types.MethodType(fun, self) if self.bind else fun  # type: ignore[method-assign]
+            functools.update_wrapper(self, fun)
+        else:
+            if cls.run is Task.run:
+                raise ConfigurationError(
+                    f"task {name!r} ({cls.__module__}.{cls.__qualname__}) has no body: a class-based "
+                    f"task defines run(self, ...)")
+            self.fun = cls.run
+        if self.autoretry_for:
+            self.run = self._autoretrying(self.run)  # type: ignore[method-assign]
+        self.handlers = overridden(self, Task, frozenset(methods))
+        self.overrides_call = cls.__call__ is not Task.__call__
+        self._names_shadow = "shadow_name" in methods or cls.shadow_name is not Task.shadow_name
 
     @property
     def rate_limit(self) -> str | float | None:
@@ -185,15 +226,15 @@ class Task:
 
     def set_time_limits(self, soft: float | None, hard: float | None) -> None:
         """Both limits at once (None: the app's ``task_soft_time_limit``/``task_time_limit``)."""
-        soft = _optional_number("soft_time_limit", soft)
-        hard = _optional_number("time_limit", hard)
+        soft = check.optional_number("soft_time_limit", soft)
+        hard = check.optional_number("time_limit", hard)
         if hard and soft and soft >= hard:
             raise ConfigurationError(
                 f"soft_time_limit ({soft:g}s) must be shorter than time_limit "
                 f"({hard:g}s): the soft limit warns the task before the hard limit kills it"
             )
-        self._soft_time_limit: float | None = soft
-        self._time_limit: float | None = hard
+        self._soft_time_limit = soft
+        self._time_limit = hard
 
     @property
     def time_limit(self) -> float | None:
@@ -226,29 +267,97 @@ class Task:
         return current_context()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the task here, in this process, as a plain function call."""
-        context = TaskContext(task=self.name, args=list(args), kwargs=dict(kwargs), called_directly=True)
+        """Run the task here, in this process, as a plain function call. (A class overriding
+        ``__call__`` and calling this from it is run so by the worker, with the worker's request.)"""
+        current = current_context()
+        if current.task == self.name and not current.called_directly:
+            context = attrs.evolve(current, args=list(args), kwargs=dict(kwargs))
+        else:
+            context = TaskContext(task=self.name, args=list(args), kwargs=dict(kwargs), called_directly=True)
         with pushed(context):
             return self.run(*args, **kwargs)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        """The task's body, with automatic retries for ``autoretry_for`` exceptions."""
-        call_args = (self, *args) if self.bind else args
-        if not self.autoretry_for:
-            return self.fun(*call_args, **kwargs)
-        try:
-            return self.fun(*call_args, **kwargs)
-        except (Ignore, Retry, Reject):
-            raise
-        except self.autoretry_for as exc:
-            if self.dont_autoretry_for and isinstance(exc, self.dont_autoretry_for):
+        """The task's body: the function given to ``@app.task``, or a class-based task's own."""
+        raise NotImplementedError(f"task {self.name!r} defines no run method")
+
+    def _autoretrying(self, run: Callable[..., Any]) -> Callable[..., Any]:
+        """``run`` retrying the task on ``autoretry_for`` exceptions (not ``dont_autoretry_for``
+        ones), with ``retry_kwargs`` and the backoff, as Celery wraps it."""
+        retry_on, never = self.autoretry_for, self.dont_autoretry_for
+
+        @functools.wraps(run)
+        def autoretrying(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return run(*args, **kwargs)
+            except (Ignore, Retry, Reject):
                 raise
-            options = dict(self.retry_kwargs)
-            if self.retry_backoff:
-                options["countdown"] = backoff_countdown(
-                    self.retry_backoff, self.request.retries, self.retry_backoff_max, self.retry_jitter
-                )
-            raise self.retry(exc=exc, **options) from None
+            except retry_on as exc:
+                if never and isinstance(exc, never):
+                    raise
+                options = dict(self.retry_kwargs)
+                if self.retry_backoff:
+                    options["countdown"] = backoff_countdown(
+                        self.retry_backoff, self.request.retries, self.retry_backoff_max, self.retry_jitter
+                    )
+                raise self.retry(exc=exc, **options) from None
+
+        return autoretrying
+
+    def update_state(self, task_id: str | None = None, state: str | None = None, meta: Any = None,
+                     traceback: str | None = None) -> None:
+        """Store ``state`` with ``meta`` as the task's result, as Celery does: a state of the
+        task's own (``"PROGRESS"``, with ``meta={"done": 3, "total": 10}``) that clients read as
+        ``AsyncResult.state`` and ``.info`` until the task ends. ``task_id`` defaults to the
+        running task's; an exception as ``meta`` of an exception state (FAILURE, RETRY,
+        REVOKED) is stored as Celery encodes exceptions.
+        """
+        request = self.request
+        task_id = task_id or request.id
+        if not task_id:
+            raise RuntimeError(f"{self.name}.update_state() needs task_id= outside a worker")
+        if not isinstance(state, str) or not state:
+            raise ValueError(
+                f"update_state needs a state, a non-empty string such as 'PROGRESS' (got {state!r})")
+        if state in EXCEPTION_STATES and isinstance(meta, BaseException):
+            meta = encode_exception(meta)
+        fields = request.as_dict() if request.id else None
+        backend = self.app.backend
+        if self.result_serializer is None:
+            backend.store_result(task_id, meta, state, traceback, fields)
+        else:
+            backend.store_result(task_id, meta, state, traceback, fields, serializer=self.result_serializer)
+
+    # -- handlers: the worker calls those a task overrides, where and when Celery calls them -----
+
+    def before_start(self, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Called where the task runs, just before it runs (after ``task_prerun``): an exception
+        raised here fails the task, as in Celery."""
+
+    def on_success(self, retval: Any, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Called where the task ran, once it returned ``retval`` and its result is stored."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Sequence[Any], kwargs: Mapping[str, Any],
+                   einfo: ExceptionInfo) -> None:
+        """Called once the task raised ``exc`` and its FAILURE is stored: where the task ran, or
+        in the worker's main process after a hard time limit killed its process (as in Celery)."""
+
+    def on_retry(self, exc: BaseException | None, task_id: str, args: Sequence[Any],
+                 kwargs: Mapping[str, Any], einfo: ExceptionInfo | None) -> None:
+        """Called where the task ran, once it asked to be retried (``exc`` is the reason given to
+        :meth:`retry`) and its RETRY is stored; in the worker's main process, with ``einfo``
+        None, for a running task cancelled after a lost connection (as in Celery)."""
+
+    def after_return(self, status: str, retval: Any, task_id: str, args: Sequence[Any],
+                     kwargs: Mapping[str, Any], einfo: ExceptionInfo | None) -> None:
+        """Called after :meth:`on_success` or :meth:`on_failure`, with the task's state (SUCCESS
+        or FAILURE) and what it returned or raised; ``einfo`` is None, as in Celery."""
+
+    def shadow_name(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+                    options: Mapping[str, Any]) -> str | None:
+        """The name worker logs and monitors show for this call instead of the task's (None: the
+        task's own), as Celery asks it when sending; ``apply_async(shadow=...)`` wins."""
+        return None
 
     def retry(
         self,
@@ -285,6 +394,13 @@ class Task:
         if eta is None and countdown is None:
             countdown = self.default_retry_delay
         hard, soft = request.timelimit
+        # the message's own headers go with the retry, as in Celery, but not dead-lettering's
+        headers = {key: value for key, value in (request.headers or {}).items()
+                   if key not in DEAD_LETTER_HEADERS}
+        headers.update(options.pop("headers", None) or {})
+        if headers:
+            options["headers"] = headers
+        options.setdefault("shadow", request.shadow)
         try:
             self.app.send_task(
                 self.name,
@@ -332,7 +448,10 @@ class Task:
         **options: Any,
     ) -> AsyncResult:
         """Send the task to a worker and return its :class:`AsyncResult`; ``options`` are
-        :meth:`App.send_task`'s (``link``, ``link_error``, ``shadow``, ``headers``, ...)."""
+        :meth:`App.send_task`'s (``link``, ``link_error``, ``shadow``, ``headers``, ...); without
+        ``shadow``, the task's :meth:`shadow_name` names the call."""
+        if self._names_shadow and not options.get("shadow"):
+            options["shadow"] = self.shadow_name(tuple(args or ()), dict(kwargs or {}), options)
         options.setdefault("time_limit", self.time_limit)
         options.setdefault("soft_time_limit", self.soft_time_limit)
         options.setdefault("ignore_result", self.ignore_result)
@@ -387,22 +506,14 @@ class Task:
         return f"<task {self.name}>"
 
 
-#: The keyword options ``@app.task(...)`` takes.
-OPTIONS = tuple(
-    parameter for parameter in inspect.signature(Task.__init__).parameters
-    if parameter not in ("self", "app", "fun", "unknown")
-)
-#: Celery's task options this worker does not have.
-CELERY_ONLY = frozenset({
-    "typing", "expires", "store_errors_even_if_ignored", "send_events", "trail", "base",
-    "shared", "lazy", "throws", "compression", "exchange", "routing_key", "resultrepr_maxsize",
-})
+#: The keyword options ``@app.task(...)`` takes (with ``base``'s own attributes).
+OPTIONS = ("name", "base", "bind", "acks_late", "ignore_result", "max_retries", "default_retry_delay",
+           "autoretry_for", "dont_autoretry_for", "retry_kwargs", "retry_backoff", "retry_backoff_max",
+           "retry_jitter", "time_limit", "soft_time_limit", "reject_on_worker_lost",
+           "acks_on_failure_or_timeout", "track_started", "queue", "priority", "serializer",
+           "result_serializer", "rate_limit", "shadow_name", *HANDLERS)
 
 
-def _unknown_options(task: str, unknown: Mapping[str, Any]) -> str:
-    option = sorted(unknown)[0]
-    if option in CELERY_ONLY:
-        return (f"@app.task for {task!r}: {option!r} is a Celery task option this worker does not "
-                f"have; remove it. The options are: {', '.join(OPTIONS)}")
-    return (f"@app.task for {task!r}: unknown option {option!r}.{did_you_mean(option, OPTIONS)} "
-            f"The options are: {', '.join(OPTIONS)}")
+def _declared_by_subclass(cls: type[Task], option: str) -> bool:
+    """Whether a class between ``cls`` and Task declares ``option`` (a base's own attribute)."""
+    return any(option in vars(base) for base in cls.__mro__ if issubclass(base, Task) and base is not Task)

@@ -322,7 +322,8 @@ def prepare_app(
     task_serializers = {name: task.serializer for name, task in app.tasks.items()}
     if signing.is_used(settings, task_serializers.values()):
         app.setup_security()
-    check_serializers(settings, task_serializers)
+    check_serializers(settings, task_serializers,
+                      {name: task.result_serializer for name, task in app.tasks.items()})
     defaults = WorkerOptions(
         app=spec,
         pool=settings.worker_pool,

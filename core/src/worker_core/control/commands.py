@@ -63,7 +63,7 @@ def request_info(request: Request) -> dict[str, Any]:
     envelope = request.envelope
     return {
         "id": request.id,
-        "name": request.name,
+        "name": request.shown_name,
         "args": envelope.args,
         "kwargs": envelope.kwargs,
         "type": request.name,

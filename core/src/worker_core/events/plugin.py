@@ -165,7 +165,7 @@ def _received(request: Request) -> dict[str, Any]:
     envelope = request.envelope
     headers = envelope.headers
     argsrepr, kwargsrepr = headers.get("argsrepr"), headers.get("kwargsrepr")
-    return {"name": request.name,
+    return {"name": request.shown_name,  # the shadow name, as Celery sends it (Flower shows it)
             "args": argsrepr if isinstance(argsrepr, str) else safe_repr(envelope.args, 1024),
             "kwargs": kwargsrepr if isinstance(kwargsrepr, str) else safe_repr(envelope.kwargs, 1024),
             "root_id": envelope.root_id, "parent_id": envelope.parent_id, "retries": envelope.retries,

@@ -4,13 +4,16 @@ Internal to worker-core (see :mod:`worker_core` for the public API).
 """
 
 from .decode import JSON, TaskEnvelope, decode_task
+from .headers import LOST_HEADER, custom_headers
 from .message import OutgoingMessage, origin_name, safe_repr, safe_repr_as_built, shown, task_message
 from .times import parse_iso, to_iso, utcnow
 
 __all__ = [
     "JSON",
+    "LOST_HEADER",
     "OutgoingMessage",
     "TaskEnvelope",
+    "custom_headers",
     "decode_task",
     "origin_name",
     "parse_iso",
