@@ -59,6 +59,20 @@ def test_a_base_classs_attributes_are_its_tasks_defaults_and_the_decorators_opti
     assert task.label == "careful"  # the other task's option changed only that task
 
 
+def test_options_set_by_a_classs_init_or_later_are_the_tasks(app: App) -> None:
+    class Configured(Task):
+        def __init__(self) -> None:
+            self.max_retries = 9
+            self.acks_late = True
+
+    task = app.task(base=Configured)(double)
+    assert (task.max_retries, task.acks_late) == (9, True)
+    task.acks_late = None  # None follows the setting again
+    assert task.acks_late is False
+    app.conf.update(task_acks_late=True)
+    assert task.acks_late is True and Task.acks_late.setting == "task_acks_late"
+
+
 def test_app_task_cls_is_the_class_of_every_task_given_as_a_class_or_its_name(tmp_path: Path) -> None:
     by_class = App("unit", task_cls=Careful)
     assert isinstance(by_class.task(double), Careful) and by_class.Task is Careful

@@ -13,7 +13,7 @@ import random
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import attrs
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .base import App
     from .result import AsyncResult
 
-__all__ = ["FOLLOW_SETTINGS", "OPTIONS", "Task", "backoff_countdown"]
+__all__ = ["FOLLOW_SETTINGS", "OPTIONS", "FollowsSetting", "Task", "backoff_countdown"]
 
 _MISSING = object()
 
@@ -47,10 +47,43 @@ def backoff_countdown(
     return max(0.0, float(countdown))
 
 
-#: The options that follow an app setting while they are None: a property each on Task (kept
-#: under ``_<name>``), so a subclass's class attribute of the same name is that option's default.
+#: The options that follow an app setting while they are None: a descriptor each on Task (the
+#: value kept under ``_<name>``), so a subclass's class attribute of the same name is that
+#: option's default; so is ``rate_limit`` (a property that parses the rate).
 FOLLOW_SETTINGS = ("acks_late", "ignore_result", "default_retry_delay", "time_limit", "soft_time_limit",
                    "reject_on_worker_lost", "acks_on_failure_or_timeout", "track_started", "rate_limit")
+
+T = TypeVar("T")
+
+
+class FollowsSetting(Generic[T]):
+    """A task option that is the app's setting ``setting`` while the task's value (kept as
+    ``_<name>``, set by assigning the option) is None."""
+
+    def __init__(self, setting: str, convert: Callable[[Any], T] | None = None) -> None:
+        self.setting = setting
+        self.convert = convert
+        self.private = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.private = f"_{name}"
+
+    @overload
+    def __get__(self, task: None, owner: type) -> FollowsSetting[T]: ...
+
+    @overload
+    def __get__(self, task: Task, owner: type) -> T: ...
+
+    def __get__(self, task: Task | None, owner: type) -> FollowsSetting[T] | T:
+        if task is None:
+            return self
+        value = getattr(task, self.private)
+        if value is None:
+            value = getattr(task.app.settings, self.setting)
+        return value if self.convert is None else self.convert(value)
+
+    def __set__(self, task: Task, value: T | None) -> None:
+        setattr(task, self.private, value)
 
 
 class Task:
@@ -132,8 +165,10 @@ class Task:
             if option in given:
                 return option, given.pop(option)
             attribute = attribute or option
-            owner = next((base for base in cls.__mro__ if attribute in vars(base)), Task)
-            return (option if owner is Task else f"{owner.__qualname__}.{option}"), getattr(cls, attribute)
+            # set by the class's own __init__, else by the class or a base between it and Task
+            owner = cls if attribute in vars(self) else next(
+                (base for base in cls.__mro__ if attribute in vars(base)), Task)
+            return (option if owner is Task else f"{owner.__qualname__}.{option}"), getattr(self, attribute)
 
         try:
             self.app = app
@@ -209,20 +244,16 @@ class Task:
             raise ConfigurationError(f"rate_limit: {exc}") from None
         self._rate_limit = value
 
-    # -- options that follow the app's settings ------------------------------------------------
+    # -- options that follow the app's settings while they are None ---------------------------
 
-    @property
-    def acks_late(self) -> bool:
-        return self.app.settings.task_acks_late if self._acks_late is None else self._acks_late
-
-    @property
-    def ignore_result(self) -> bool:
-        return self.app.settings.task_ignore_result if self._ignore_result is None else self._ignore_result
-
-    @property
-    def default_retry_delay(self) -> float:
-        delay = self._default_retry_delay
-        return float(self.app.settings.task_default_retry_delay if delay is None else delay)
+    acks_late: FollowsSetting[bool] = FollowsSetting("task_acks_late")
+    ignore_result: FollowsSetting[bool] = FollowsSetting("task_ignore_result")
+    default_retry_delay: FollowsSetting[float] = FollowsSetting("task_default_retry_delay", float)
+    time_limit: FollowsSetting[float | None] = FollowsSetting("task_time_limit")
+    soft_time_limit: FollowsSetting[float | None] = FollowsSetting("task_soft_time_limit")
+    reject_on_worker_lost: FollowsSetting[bool] = FollowsSetting("task_reject_on_worker_lost", bool)
+    acks_on_failure_or_timeout: FollowsSetting[bool] = FollowsSetting("task_acks_on_failure_or_timeout")
+    track_started: FollowsSetting[bool] = FollowsSetting("task_track_started")
 
     def set_time_limits(self, soft: float | None, hard: float | None) -> None:
         """Both limits at once (None: the app's ``task_soft_time_limit``/``task_time_limit``)."""
@@ -235,29 +266,6 @@ class Task:
             )
         self._soft_time_limit = soft
         self._time_limit = hard
-
-    @property
-    def time_limit(self) -> float | None:
-        return self.app.settings.task_time_limit if self._time_limit is None else self._time_limit
-
-    @property
-    def soft_time_limit(self) -> float | None:
-        limit = self._soft_time_limit
-        return self.app.settings.task_soft_time_limit if limit is None else limit
-
-    @property
-    def reject_on_worker_lost(self) -> bool:
-        value = self._reject_on_worker_lost
-        return bool(self.app.settings.task_reject_on_worker_lost if value is None else value)
-
-    @property
-    def acks_on_failure_or_timeout(self) -> bool:
-        value = self._acks_on_failure_or_timeout
-        return self.app.settings.task_acks_on_failure_or_timeout if value is None else value
-
-    @property
-    def track_started(self) -> bool:
-        return self.app.settings.task_track_started if self._track_started is None else self._track_started
 
     # -- running -------------------------------------------------------------------------------
 
