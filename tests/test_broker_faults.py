@@ -124,6 +124,7 @@ def test_a_running_acks_late_task_is_cancelled_on_amqp_connection_loss_when_aske
     proxy.cut()
     worker.wait_log("cannot be acknowledged after a connection loss since late acknowledgement is "
                     "enabled for it.\nTerminating it instead.")
+    worker.wait_log(f"on_retry of {result.id} in process {worker.pid}: ")  # as in Celery
     proxy.restore()
     worker.wait_log("Connected to amqp://guest:**@127.0.0.1", timeout=20)
     assert result.get(timeout=30) == "done"  # delivered again and run to the end

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import time
 from pathlib import Path
 
-from worker_core import App
+from worker_core import App, Task
 
 app = App("basic")
 
@@ -69,7 +70,14 @@ def record(path, value):
     return value
 
 
-@app.task(acks_late=True)
+class NotesRetries(Task):
+    """Logs where ``on_retry`` runs (the worker's main process for a task it cancels)."""
+
+    def on_retry(self, exc, task_id, args, kwargs, einfo):
+        logging.getLogger("apps.basic").warning("on_retry of %s in process %s: %r", task_id, os.getpid(), exc)
+
+
+@app.task(acks_late=True, base=NotesRetries)
 def record_slowly(path, value, seconds):
     time.sleep(seconds)
     with open(path, "a") as handle:
