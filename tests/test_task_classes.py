@@ -205,6 +205,19 @@ def test_the_client_puts_headers_and_shadow_names_on_the_message_as_celerys_does
         app.send_task("unit.other", headers=[("a", 1)])
 
 
+def test_a_calls_own_serializer_wins_over_the_tasks(app: App) -> None:
+    from worker_core.app.broker import connection_for, task_queue
+
+    task = app.task(name="unit.serialized", serializer="json")(double)
+    task.apply_async((3,), serializer="yaml", queue="serialized")
+    task.apply_async((4,), queue="serialized")
+    with connection_for(app.plugins, app.broker_urls[0], app.settings) as connection:
+        queue = task_queue("serialized", app.settings)(connection.default_channel)
+        sent = [queue.get(no_ack=True, accept={"json", "yaml"}) for _ in range(2)]
+    assert [message.content_type for message in sent] == ["application/x-yaml", "application/json"]
+    assert [message.decode()[0] for message in sent] == [[3], [4]]
+
+
 def test_a_messages_own_headers_are_told_from_the_protocols_and_read_as_request_attributes() -> None:
     message = task_message("unit.add", "id-1", (1, 2), {})
     assert custom_headers(message.headers) is None

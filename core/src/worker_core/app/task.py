@@ -463,10 +463,11 @@ class Task:
         options.setdefault("time_limit", self.time_limit)
         options.setdefault("soft_time_limit", self.soft_time_limit)
         options.setdefault("ignore_result", self.ignore_result)
+        options.setdefault("serializer", self.serializer)  # the call's own wins, as in Celery
         return self.app.send_task(
             self.name, args, kwargs, countdown=countdown, eta=eta, expires=expires,
             queue=queue or self.queue, priority=self.priority if priority is None else priority,
-            task_id=task_id, serializer=self.serializer, **options,
+            task_id=task_id, **options,
         )
 
     def AsyncResult(self, task_id: str) -> AsyncResult:
