@@ -1,5 +1,6 @@
 """The interfaces of the single-implementation slots: what a pool, transport, event loop,
-autoscaler, failover strategy or result backend plugin must provide, and what it may offer.
+autoscaler, failover strategy, result backend or app loader plugin must provide, and what it may
+offer.
 
 Each slot has its own entry-point group (see :data:`worker_core.plugins.SLOT_GROUPS`); the entry
 point names a class that the worker constructs as documented below. Only the chosen
@@ -31,19 +32,23 @@ import attrs
 if TYPE_CHECKING:
     from kombu.asynchronous import Hub
 
+    from .app.base import App
     from .app.settings import Settings
+    from .options import WorkerOptions
 
 __all__ = [
     "CAPABILITIES",
     "REQUIRED",
     "AcceptCallback",
     "AcksSurviveReconnect",
+    "AppLoader",
     "Autoscaler",
     "AutoscalerFactory",
     "DiscardsResults",
     "EventLoop",
     "FailoverStrategy",
     "FixedConcurrency",
+    "ForeignApp",
     "JoinsChords",
     "LoopContext",
     "OffersResultBackend",
@@ -648,6 +653,57 @@ class JoinsChords(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------
+# App loader
+# ---------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class AppLoader(Protocol):
+    """Runs the app of another framework that ``-A`` names (a ``celery.Celery`` app, say), so a
+    project keeps its code and this worker runs it.
+
+    Asked only when ``-A`` names no :class:`~worker_core.App`: the core imports the module
+    ``-A`` names first (so a module that fails to import is reported as such), then asks each
+    installed loader in turn, by name, whether the spec names an app it adapts. The entry point
+    (group ``worker.app_loaders``, named after the framework) names a class whose class methods
+    are called; it is never instantiated.
+
+    The app a loader returns is an :class:`~worker_core.App` (its settings translated, its tasks
+    listed in ``tasks`` with the options the worker reads: ``acks_late``, time limits, ...), and
+    usually a :class:`ForeignApp` too, so its tasks run through the framework's own machinery.
+    """
+
+    #: what this loader adapts, in words, for messages: ``"a celery.Celery app"``
+    adapts: ClassVar[str]
+
+    @classmethod
+    def load(cls, spec: str) -> App | None:
+        """The app ``spec`` (``module``, ``module.sub`` or ``module:attribute``, as ``-A`` takes
+        it) names, adapted, or None when it names nothing this loader adapts. Raise
+        ``ConfigurationError`` when it names such an app that cannot run here, saying why."""
+
+
+@runtime_checkable
+class ForeignApp(Protocol):
+    """An app an :class:`AppLoader` adapted, whose tasks run through its framework's machinery.
+
+    Read once per consumer start, never per message: without it, every message becomes a
+    :class:`~worker_core.request.Request` run by :func:`worker_core.execution.execute`.
+    """
+
+    #: what the consumer makes of each decoded message: a subclass of
+    #: :class:`~worker_core.request.Request` (same constructor) whose ``execute_using_pool`` hands
+    #: the pool the framework's executor, and whose ``store`` records the states the worker
+    #: decides itself (revoked, lost process, time limit) through the framework's result backend
+    request_class: ClassVar[type[Any]]
+
+    def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:
+        """The worker options this app's own configuration gives, before the command line
+        (which wins): ``defaults`` are those the translated settings give; change what the
+        framework's configuration says beyond them (the queues to consume, ...)."""
+
+
+# ---------------------------------------------------------------------------------------------
 # Which Protocols belong to which slot
 # ---------------------------------------------------------------------------------------------
 
@@ -659,6 +715,7 @@ REQUIRED: Mapping[str, type] = {
     "autoscaler": Autoscaler,
     "failover": FailoverStrategy,
     "result_backend": ResultBackend,
+    "app_loader": AppLoader,
 }
 
 #: The optional capabilities each slot's implementations may offer.
@@ -669,4 +726,5 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "autoscaler": (),
     "failover": (),
     "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords),
+    "app_loader": (),
 }

@@ -1,4 +1,5 @@
-"""Finding the app a user names with ``-A module`` or ``-A module:attribute``."""
+"""Finding the app a user names with ``-A module`` or ``-A module:attribute``: this project's
+:class:`App`, else one an app loader plugin adapts (see :class:`~worker_core.slots.AppLoader`)."""
 
 from __future__ import annotations
 
@@ -6,25 +7,67 @@ import importlib
 import os
 import sys
 import traceback
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigurationError
 from .base import App
 
-__all__ = ["load_app"]
+if TYPE_CHECKING:
+    from ..plugins.manager import PluginManager
+
+__all__ = ["FOREIGN_APPS", "load_app"]
+
+#: Apps of other frameworks a loader plugin can adapt, by the module and name of their class:
+#: the loader's entry-point name and what it is called, to name the distribution to install
+#: when no loader took the app (the classes are recognised without importing the framework).
+FOREIGN_APPS: Mapping[tuple[str, str], tuple[str, str]] = {
+    ("celery.app.base", "Celery"): ("celery", "a Celery app"),
+}
 
 
-def load_app(spec: str) -> App:
+def load_app(spec: str, plugins: PluginManager | None = None) -> App:
     """Import ``module`` (with the current directory on the path) and return its app.
 
-    Without ``:attribute`` the module's ``app`` is used, or its only :class:`App`.
+    Without ``:attribute`` the module's ``app`` is used, or its only :class:`App`. When the spec
+    names no :class:`App`, each installed app loader (``plugins``' ``app_loader`` slot) is asked
+    for one it adapts.
     """
     module_name, _, attribute = spec.partition(":")
+    module = _import(spec)
+    if attribute:
+        app = getattr(module, attribute, None)
+        if isinstance(app, App):
+            return app
+        return _foreign(spec, plugins, [app], lambda: (
+            f"{module_name}:{attribute} is not an App (got {type(app).__name__}); "
+            + (f"apps in {module_name}: {', '.join(found)}" if (found := _apps_in(module))
+               else f"{module_name} defines no App")
+        ))
+    default = getattr(module, "app", None)
+    if isinstance(default, App):
+        return default
+    found = _apps_in(module)
+    if len(found) == 1:
+        return getattr(module, found[0])  # type: ignore[no-any-return]
+    if found:
+        raise ConfigurationError(
+            f"module {module_name!r} defines several apps ({', '.join(found)}); choose one with "
+            f"-A {module_name}:NAME"
+        )
+    return _foreign(spec, plugins, list(vars(module).values()), lambda: (
+        f"module {module_name!r} defines no App; create one there, e.g. app = App({module_name!r})"
+    ))
+
+
+def _import(spec: str) -> object:
+    module_name = spec.partition(":")[0]
     if not module_name:
         raise ConfigurationError(f"-A needs a module name, as module or module:attribute (got {spec!r})")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
-        module = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         if exc.name and module_name.startswith(exc.name):
             raise ConfigurationError(
@@ -38,29 +81,34 @@ def load_app(spec: str) -> App:
         raise ConfigurationError(
             f"the app module {module_name!r} failed to import: {_last_line(exc)}"
         ) from None
-    if attribute:
-        app = getattr(module, attribute, None)
-        if not isinstance(app, App):
-            found = _apps_in(module)
-            raise ConfigurationError(
-                f"{module_name}:{attribute} is not an App (got {type(app).__name__}); "
-                + (f"apps in {module_name}: {', '.join(found)}" if found else f"{module_name} defines no App")
-            )
-        return app
-    default = getattr(module, "app", None)
-    if isinstance(default, App):
-        return default
-    found = _apps_in(module)
-    if len(found) == 1:
-        return getattr(module, found[0])  # type: ignore[no-any-return]
-    if not found:
-        raise ConfigurationError(
-            f"module {module_name!r} defines no App; create one there, e.g. app = App({module_name!r})"
-        )
-    raise ConfigurationError(
-        f"module {module_name!r} defines several apps ({', '.join(found)}); choose one with "
-        f"-A {module_name}:NAME"
-    )
+
+
+def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
+             no_app: Callable[[], str]) -> App:
+    """The app an installed app loader makes of ``spec``, else the error: ``no_app()``, or which
+    distribution to install when one of ``values`` is a known framework's app."""
+    from ..plugins.manager import PluginManager
+
+    manager = plugins if plugins is not None else PluginManager(autoload=False)
+    for name in manager.names("app_loader"):
+        app = manager.slot("app_loader", name).load(spec)
+        if app is not None:
+            return app
+    for value in values:
+        for cls in type(value).__mro__:
+            known = FOREIGN_APPS.get((cls.__module__, cls.__qualname__))
+            if known is None:
+                continue
+            loader, what = known
+            if loader in manager.blocked:
+                fix = f"its app loader {loader!r} is blocked by {manager.blocked_by(loader)}: remove that"
+            else:
+                from ..plugins.entrypoints import KNOWN_DISTRIBUTIONS
+
+                distribution = KNOWN_DISTRIBUTIONS.get(("app_loader", loader), f"a {loader} app loader")
+                fix = f"to run it with this worker, install {distribution}: pip install {distribution}"
+            raise ConfigurationError(f"-A {spec} names {what} ({cls.__module__}.{cls.__qualname__}); {fix}")
+    raise ConfigurationError(no_app())
 
 
 def _apps_in(module: object) -> list[str]:

@@ -302,22 +302,25 @@ def declared_option_names(manager: PluginManager) -> set[str]:
 
 
 def prepare_app(
-    spec: str, plugin_options: Collection[str] | Callable[[], Collection[str]] = ()
+    spec: str, plugin_options: Collection[str] | Callable[[], Collection[str]] = (),
+    plugins: PluginManager | None = None,
 ) -> tuple[Any, WorkerOptions]:
     """Load the app named by ``-A`` and the worker defaults its settings give.
 
     ``WORKER_*`` variables are checked first, so a bad one is named as such rather than as a
     failed import (``plugin_options`` names the options plugins declare, whose variables are
-    theirs: see ``check_environment``); the serializers are checked once the module (and whatever
+    theirs: see ``check_environment``; ``plugins`` holds the app loaders asked when ``spec``
+    names no App); the serializers are checked once the module (and whatever
     it registers) is in, the ``auth`` serializer among them when the settings sign or verify
     messages.
     """
     from .. import signing
     from ..app.loader import load_app
     from ..app.settings import check_environment, check_serializers
+    from ..slots import ForeignApp
 
     check_environment(plugin_options=plugin_options)
-    app = load_app(spec)
+    app = load_app(spec, plugins)
     settings = app.settings
     task_serializers = {name: task.serializer for name, task in app.tasks.items()}
     if signing.is_used(settings, task_serializers.values()):
@@ -336,6 +339,8 @@ def prepare_app(
         failover=settings.broker_failover_strategy,
         queues=(settings.task_default_queue,),
     )
+    if isinstance(app, ForeignApp):  # an app loader's: its own configuration says more
+        defaults = app.worker_defaults(defaults)
     return app, defaults
 
 

@@ -45,7 +45,8 @@ def steps(ctx: click.Context, /, as_graph: bool, fmt: str | None, show_all: bool
         defaults = None
         settings = None
         if params.get("app"):
-            app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options})
+            app, defaults = prepare_app(
+                params["app"], {name.lower() for name in command.plugin_options}, manager)
             app.use_plugins(manager)  # one set of hooks: the installed plugins' and the app's
             broker_urls, result_url, settings = app.broker_urls, app.settings.result_backend, app.settings
         values = plugin_values(command, params, manager, settings)

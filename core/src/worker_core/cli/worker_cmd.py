@@ -49,7 +49,8 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     if not params.get("app"):
         raise fail(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"))
     try:
-        app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options})
+        app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options},
+                                        manager)
         app.use_plugins(manager)  # one set of hooks: the installed plugins' and the app's
         values = plugin_values(command, params, manager, app.settings)
         options = options_from_params(params, manager, plugin_values=values, defaults=defaults)

@@ -12,6 +12,7 @@ from ..exceptions import NotRegistered, ProtocolError
 from ..options import did_you_mean
 from ..protocol import decode_task, shown
 from ..request import Request
+from ..slots import ForeignApp
 from .refusal import refuse
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     accept = frozenset(prepare_accept_content(list(settings.accept_content)))
     max_size = settings.worker_max_message_size
     tasks = consumer.app.tasks
+    # an app loader's app runs its tasks its own way (decided here, once, not per message)
+    make_request = consumer.app.request_class if isinstance(consumer.app, ForeignApp) else Request
 
     def on_message(message: Message) -> None:
         try:
@@ -49,7 +52,7 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
             refuse(consumer, message, unknown_task(consumer, envelope.name), NotRegistered(envelope.name))
             return
         try:
-            consumer.reservations.receive(Request(consumer, message, envelope, task))
+            consumer.reservations.receive(make_request(consumer, message, envelope, task))
         except Exception as exc:
             logger.critical("Internal error while receiving %s[%s]", shown(envelope.name),
                             shown(envelope.id, 100), exc_info=True)

@@ -26,6 +26,7 @@ SLOT_WORDS: Mapping[str, str] = {
     "autoscaler": "autoscaler",
     "failover": "failover strategy",
     "result_backend": "result backend",
+    "app_loader": "app loader",
 }
 
 

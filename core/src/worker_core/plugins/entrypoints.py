@@ -32,6 +32,7 @@ SLOT_GROUPS: Mapping[str, str] = {
     "autoscaler": "worker.autoscalers",
     "failover": "worker.failover_strategies",
     "result_backend": "worker.result_backends",
+    "app_loader": "worker.app_loaders",
 }
 
 #: The slots chosen by a URL's scheme; a scheme with ``+`` (``db+postgresql``) falls back to the
@@ -46,6 +47,7 @@ SLOT_CHOICE: Mapping[str, str] = {
     "autoscaler": "--autoscaler",
     "failover": "--failover",
     "result_backend": "the result_backend URL's scheme",
+    "app_loader": "-A/--app",
 }
 
 #: Which distribution provides the names this project publishes, to say what to install.
@@ -61,6 +63,7 @@ KNOWN_DISTRIBUTIONS: Mapping[tuple[str, str], str] = {
     ("transport", "amqp"): "worker-transport-amqp",
     ("transport", "amqps"): "worker-transport-amqp",
     ("transport", "pyamqp"): "worker-transport-amqp",
+    ("app_loader", "celery"): "worker-celery",
 }
 
 

@@ -27,7 +27,7 @@ from ..exceptions import (
     PluginNotFoundError,
 )
 from ..options import did_you_mean
-from ..slots import Autoscaler, EventLoop, FailoverStrategy, Pool, ResultBackend, Transport
+from ..slots import AppLoader, Autoscaler, EventLoop, FailoverStrategy, Pool, ResultBackend, Transport
 from .conformance import SLOT_WORDS, conformance_problem
 from .entrypoints import (
     HOOKS_GROUP,
@@ -304,6 +304,8 @@ class PluginManager:
     def slot(self, kind: Literal["failover"], name: str) -> type[FailoverStrategy]: ...
     @overload
     def slot(self, kind: Literal["result_backend"], name: str) -> type[ResultBackend]: ...
+    @overload
+    def slot(self, kind: Literal["app_loader"], name: str) -> type[AppLoader]: ...
     @overload
     def slot(self, kind: str, name: str) -> object: ...
 
