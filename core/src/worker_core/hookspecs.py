@@ -172,6 +172,33 @@ def worker_ready(worker: Worker) -> None:
 
 
 @hookspec
+def worker_shutting_down(worker: Worker, how: str) -> None:
+    """A stop was asked for (SIGTERM, Ctrl-C, SIGQUIT, a remote ``shutdown``): the worker stops
+    consuming now and, warm, waits for its running tasks. Called once per kind of stop asked
+    (``"warm"``, then ``"cold"`` if a cold stop follows). Main process, in the thread that asked:
+    the main thread's signal handler, or the loop thread for a remote command; keep it short.
+
+    :param worker: the worker
+    :param how: ``"warm"`` or ``"cold"``
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
+
+
+@hookspec
+def heartbeat_sent(worker: Worker, event: str) -> None:
+    """A worker event went to the monitors: ``worker-online``, each ``worker-heartbeat`` (every
+    ``--heartbeat-interval`` seconds) and ``worker-offline``, as Celery's ``heartbeat_sent``.
+    Main process, loop thread.
+
+    :param worker: the worker
+    :param event: the event's type
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
+
+
+@hookspec
 def worker_shutdown(worker: Worker, how: str) -> None:
     """The worker is stopping; its steps stop next. Main process, main thread.
 
@@ -459,7 +486,8 @@ def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
 
 #: hooks whose implementations are isolated from one another (see the module's docstring)
 OBSERVER_HOOKS = frozenset({
-    "worker_init", "worker_ready", "worker_shutdown", "worker_process_init", "worker_process_shutdown",
+    "worker_init", "worker_ready", "worker_shutting_down", "heartbeat_sent", "worker_shutdown",
+    "worker_process_init", "worker_process_shutdown",
     "task_received", "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected",
     "task_revoked", "task_prerun", "task_postrun", "task_success", "task_failure", "task_retry",
     "before_task_publish", "after_task_publish",

@@ -156,6 +156,7 @@ def send_heartbeat(consumer: Consumer, kind: str) -> None:
                 processed=sum(reservations.totals.values()),
                 loadavg=[round(load, 2) for load in os.getloadavg()], sw_ident="py-worker",
                 sw_ver=__version__, sw_sys=SYSTEM)
+    consumer.notify("heartbeat_sent", worker=consumer.worker, event=kind)
 
 
 # -- task events ------------------------------------------------------------------------------

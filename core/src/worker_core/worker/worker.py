@@ -121,8 +121,10 @@ class Worker:
         again or with ``cold=True``."""
         if not self.stopping and not cold:
             logger.warning("worker: Warm shutdown (MainProcess)")
+            self.notify("worker_shutting_down", worker=self, how="warm")
         if (cold or self.stopping) and not self.terminating:
             logger.warning("worker: Cold shutdown (MainProcess)")
+            self.notify("worker_shutting_down", worker=self, how="cold")
             self.terminating = True
         self.stopping = True
         consumer = self.consumer
