@@ -33,11 +33,25 @@ import sys
 from collections.abc import Iterable
 from types import FrameType
 
-from worker_core.exceptions import SoftTimeLimitExceeded
+import billiard.exceptions
+
+from worker_core import exceptions
 
 __all__ = ["SignalSlot", "prepare_child"]
 
 logger = logging.getLogger("worker.pool")
+
+
+class SoftTimeLimitExceeded(
+    exceptions.SoftTimeLimitExceeded, billiard.exceptions.SoftTimeLimitExceeded,  # type: ignore[misc]
+):
+    """Raised inside a task past its soft time limit: the core's exception, and billiard's, which
+    Celery's ``celery.exceptions.SoftTimeLimitExceeded`` is, so a Celery task's ``except`` of it
+    catches it as under Celery's prefork pool. It travels (results, pickles) as billiard's."""
+
+
+SoftTimeLimitExceeded.__module__ = "billiard.exceptions"
+
 
 _SLOT = struct.Struct("=Qd")
 _TERM = struct.Struct("=B")
