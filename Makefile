@@ -7,7 +7,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
-                 -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog
+                 -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
+                 -e ./plugins/celery_app
 
 .PHONY: venv demo test test-fast test-stock bench lint
 
@@ -62,4 +63,5 @@ bench: venv
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
-	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src
+	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
+	    plugins/celery_app/src

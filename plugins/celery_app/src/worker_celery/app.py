@@ -1,0 +1,52 @@
+"""``CeleryApp``: a ``celery.Celery`` app as this worker's :class:`~worker_core.App`, its
+settings translated and its tasks listed, whose tasks run through Celery's own machinery (a
+:class:`~worker_core.slots.ForeignApp`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from worker_core.app.base import App
+
+from .request import CeleryRequest
+from .settings import translate, unsupported
+from .tasks import views_of
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from worker_core.options import WorkerOptions
+
+__all__ = ["CeleryApp"]
+
+
+class CeleryApp(App):
+    """The Celery app ``-A SPEC`` named, adapted.
+
+    Settings come from the Celery app's configuration (the values it sets; Celery's defaults are
+    the worker's), then ``WORKER_*`` variables, then the command line, which wins. Results go
+    through the Celery app's own backend (``result_backend`` is ``celery://SPEC``).
+    """
+
+    request_class: ClassVar[type[Any]] = CeleryRequest
+
+    def __init__(self, celery: Celery, spec: str) -> None:
+        settings, notes = translate(celery, spec)
+        super().__init__(celery.main, config_source=settings)
+        #: the Celery app itself
+        self.celery = celery
+        #: what ``-A`` named
+        self.spec = spec
+        #: one line per setting of the Celery app this worker does not honour as Celery does
+        self.notes: list[str] = [*notes, *unsupported(celery)]
+        self.tasks.update(views_of(self, dict(celery.tasks)))
+
+    def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:
+        """The queues: every queue of ``task_queues`` (by name) when the app lists them, as
+        ``celery worker`` consumes them without ``-Q``; else ``task_default_queue``."""
+        queues = self.celery.conf.task_queues
+        names = tuple(dict.fromkeys(queue.name for queue in queues or ()))
+        return defaults.replace(queues=names) if names else defaults
+
+    def __repr__(self) -> str:
+        return f"<CeleryApp {self.spec}: {len(self.tasks)} tasks>"

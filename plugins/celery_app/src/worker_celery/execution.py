@@ -1,0 +1,129 @@
+"""Running one Celery task in the pool's process through Celery's own tracer
+(``celery.app.trace``), so its request context, result backend, canvas, handlers and task
+signals behave as under ``celery worker``.
+
+:func:`execute` is what the worker hands the pool for a Celery app's task: a module-level
+function taking plain data (a prefork child gets it by reference). It returns the core's outcome
+tuple (see :func:`worker_core.execution.execute`), from which the worker's main process logs,
+acknowledges and sends events; the tracer has stored the result already.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from time import monotonic
+from typing import TYPE_CHECKING, Any
+
+from celery import states
+from celery.app import trace
+from celery.exceptions import Reject
+
+from worker_core.protocol import parse_iso, safe_repr, utcnow
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["execute", "hostname", "install", "installed", "is_pool_process", "pool", "prepare_process"]
+
+logger = logging.getLogger("worker.celery")
+
+#: what a worker's log says itself: the tracer's lines of the same outcomes would repeat them
+_LOGGED_BY_THE_WORKER = frozenset({trace.LOG_SUCCESS, trace.LOG_FAILURE, trace.LOG_RETRY, trace.LOG_REJECTED})
+
+_app: Celery | None = None
+_hostname: str | None = None
+_pool: str | None = None
+_main_pid = 0
+_prepared_pid = 0
+
+
+def install(app: Celery, hostname: str, pool: str | None) -> None:
+    """Tell executors which Celery app's tasks to run, on which node and pool (in the worker's
+    main process, before the pool starts, so forked children inherit it)."""
+    global _app, _hostname, _pool, _main_pid
+    _app, _hostname, _pool, _main_pid = app, hostname, pool, os.getpid()
+    logging.getLogger("celery.app.trace").addFilter(_TraceLines())
+
+
+def hostname() -> str | None:
+    """The worker's node name."""
+    return _hostname
+
+
+def pool() -> str | None:
+    """The name of the worker's pool."""
+    return _pool
+
+
+def installed() -> Celery | None:
+    """The Celery app this process runs tasks of, if any."""
+    return _app
+
+
+def is_pool_process() -> bool:
+    """Whether this process is a pool child rather than the worker's main process."""
+    return _app is not None and os.getpid() != _main_pid
+
+
+def prepare_process() -> None:
+    """Celery's set-up of a process that runs tasks: the app made current, its tasks' tracers
+    built (once per process; a forked child builds its own)."""
+    global _prepared_pid
+    app = _app
+    if app is None or _prepared_pid == os.getpid():
+        return
+    trace.setup_worker_optimizations(app, _hostname)
+    for name, task in app.tasks.items():
+        task.__trace__ = trace.build_tracer(name, task, app.loader, _hostname, app=app)
+    _prepared_pid = os.getpid()
+
+
+class _TraceLines(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg not in _LOGGED_BY_THE_WORKER
+
+
+def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], kwargs: dict[str, Any],
+            embed: dict[str, Any] | None, log_result: bool) -> tuple[Any, ...]:
+    """Run Celery task ``name`` through its tracer and report the outcome.
+
+    :param request: the message's headers with Celery's request fields (``delivery_info``,
+        ``reply_to``, ``correlation_id``, ``properties``, ...), as Celery's worker builds it.
+    :param embed: the message's ``callbacks``/``errbacks``/``chain``/``chord``.
+    :param log_result: put the return value's repr in the outcome (for the worker's log).
+    """
+    app = _app
+    assert app is not None, "worker_celery.execution.install() must run before tasks execute"
+    if _prepared_pid != os.getpid():
+        prepare_process()
+    expires = request.get("expires")
+    if isinstance(expires, str) and parse_iso(expires) <= utcnow():
+        return ("expired",)  # it waited in the pool past its expiry: not run
+    task = app.tasks[name]
+    request.update(args=args, kwargs=kwargs, hostname=_hostname, is_eager=False)
+    if embed:
+        request.update(embed)
+    started = monotonic()
+    tracer = task.__trace__
+    try:
+        if tracer is None:
+            tracer = task.__trace__ = trace.build_tracer(name, task, app.loader, _hostname, app=app)
+        retval, info, runtime, shown = tracer(task_id, args, kwargs, request)
+    except Reject as exc:  # raised out of the tracer (a handler, or a redelivered duplicate)
+        return ("reject", monotonic() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+    runtime = runtime if runtime is not None else monotonic() - started
+    if info is None:
+        return ("success", runtime, shown if log_result else None)
+    state = info.state
+    if state == states.RETRY:
+        return ("retry", runtime, str(info.retval))
+    if state == states.REJECTED:
+        reject = info.retval
+        return ("reject", runtime, bool(getattr(reject, "requeue", False)),
+                safe_repr(getattr(reject, "reason", reject), 200))
+    if state == states.IGNORED:
+        return ("ignored", runtime)
+    error = info.retval
+    text = getattr(retval, "traceback", None) or ""
+    return ("failure", runtime, type(error).__name__, safe_repr(error, 500), text)

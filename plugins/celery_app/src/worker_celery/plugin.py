@@ -1,0 +1,175 @@
+"""The ``celery`` plugin: Celery's worker signals at the matching moments of this worker, its
+logging set-up, and each pool process prepared as Celery prepares its own, while the worker runs
+a Celery app (for this project's apps every hook returns at once).
+
+| Celery signal | sent |
+|---|---|
+| ``celeryd_init``, ``worker_init``, ``setup_logging`` (and ``after_setup_logger``,
+  ``after_setup_task_logger``), ``celeryd_after_setup`` | in that order, in the main process,
+  when the worker object exists and before any step starts |
+| ``worker_process_init`` / ``worker_process_shutdown`` | in each prefork child as it starts /
+  ends without being killed, and ``worker_process_init`` once with the solo pool, as Celery's
+  pools send them |
+| ``worker_ready`` | once the consumer takes messages |
+| ``heartbeat_sent`` | after each worker event (online, heartbeat, offline) |
+| ``worker_shutting_down`` | when a warm or cold stop is asked for |
+| ``worker_shutdown`` | once the running tasks are done, before the pool's processes stop |
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from worker_core.hookspecs import hookimpl
+from worker_core.stash import StashKey
+
+from . import execution
+from .app import CeleryApp
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+    from worker_core.worker.worker import Worker
+
+__all__ = ["SENDER", "CeleryWorker"]
+
+logger = logging.getLogger("worker.celery")
+
+
+class CeleryWorker:
+    """The worker as Celery's signal receivers see it (``sender``/``instance``): Celery's
+    ``WorkController`` names over this worker (``app`` is the Celery app)."""
+
+    def __init__(self, worker: Worker, celery: Celery) -> None:
+        self.app = celery
+        self.worker = worker
+        self.hostname = worker.hostname
+        self.pid = worker.pid
+        self.pool_cls = worker.options.pool
+        self.concurrency = worker.options.concurrency
+        self.loglevel = worker.options.loglevel
+
+    @property
+    def consumer(self) -> Any:
+        return self.worker.consumer
+
+    @property
+    def pool(self) -> Any:
+        return self.worker.pool
+
+    def __repr__(self) -> str:
+        return f"<CeleryWorker {self.hostname}>"
+
+
+#: what Celery's signals name as the worker, while a Celery app runs
+SENDER = StashKey[CeleryWorker]()
+
+
+def _celery(worker: Worker) -> Celery | None:
+    app = worker.app
+    return app.celery if isinstance(app, CeleryApp) else None
+
+
+@hookimpl(tryfirst=True)
+def worker_init(worker: Worker) -> None:
+    from celery import signals
+
+    celery = _celery(worker)
+    if celery is None:
+        return
+    assert isinstance(worker.app, CeleryApp)
+    urls = ";".join(worker.plan.selection.broker_urls)
+    if celery.conf.broker_url != urls:  # -b or WORKER_BROKER_URL: tasks publish there too
+        celery.conf.broker_url = urls
+    execution.install(celery, worker.hostname, worker.options.pool)
+    sender = worker.stash[SENDER] = CeleryWorker(worker, celery)
+    for line in worker.app.notes:
+        logger.warning("Celery setting %s", line)
+    signals.celeryd_init.send(sender=worker.hostname, instance=sender, conf=celery.conf,
+                              options=dict(worker.options.extra))
+    signals.worker_init.send(sender=sender)
+    custom = _setup_logging(celery, worker)
+    signals.celeryd_after_setup.send(sender=worker.hostname, instance=sender, conf=celery.conf)
+    if not custom and celery.conf.worker_redirect_stdouts:
+        celery.log.redirect_stdouts(celery.conf.worker_redirect_stdouts_level)
+
+
+def _setup_logging(celery: Celery, worker: Worker) -> bool:
+    """Celery's logging set-up (``setup_logging``, then its own handlers, hijacking the root
+    logger when ``worker_hijack_root_logger``, and ``after_setup_*``), keeping the worker's guard
+    that hides secrets on every handler. True when a ``setup_logging`` receiver did it all."""
+    root = logging.getLogger()
+    guards = [f for handler in root.handlers for f in handler.filters if type(f).__name__ == "SecretFilter"]
+    custom = bool(celery.log.setup(worker.options.loglevel, None, redirect_stdouts=False,
+                                   hostname=worker.hostname))
+    for handler in root.handlers:
+        for guard in guards[:1]:
+            if guard not in handler.filters:
+                handler.addFilter(guard)
+    return custom
+
+
+@hookimpl
+def worker_process_init(pid: int) -> None:
+    celery = execution.installed()
+    if celery is None:
+        return
+    from celery import signals
+
+    if execution.is_pool_process():
+        from celery._state import _set_task_join_will_block
+
+        _set_task_join_will_block(True)  # result.get() in a task fails, as in Celery's children
+        celery.loader.init_worker()
+        celery.loader.init_worker_process()
+    execution.prepare_process()
+    # Celery's solo pool sends it once, in the worker's process; its threads pool never does
+    if execution.is_pool_process() or execution.pool() == "solo":
+        signals.worker_process_init.send(sender=execution.hostname())
+
+
+@hookimpl
+def worker_process_shutdown(pid: int, exitcode: int) -> None:
+    if execution.installed() is None or not execution.is_pool_process():
+        return
+    from celery import signals
+
+    signals.worker_process_shutdown.send(sender=execution.hostname(), pid=pid, exitcode=exitcode)
+
+
+@hookimpl
+def worker_ready(worker: Worker) -> None:
+    if _celery(worker) is None:
+        return
+    from celery import signals
+
+    signals.worker_ready.send(sender=worker.stash[SENDER])
+
+
+@hookimpl
+def heartbeat_sent(worker: Worker, event: str) -> None:
+    if _celery(worker) is None:
+        return
+    from celery import signals
+
+    if signals.heartbeat_sent.receivers:
+        signals.heartbeat_sent.send(sender=worker.stash[SENDER])
+
+
+@hookimpl
+def worker_shutting_down(worker: Worker, how: str) -> None:
+    if _celery(worker) is None:
+        return
+    from celery import signals
+
+    signals.worker_shutting_down.send(sender=worker.hostname, sig=None, how=how.capitalize(), exitcode=0)
+
+
+@hookimpl(trylast=True)
+def worker_shutdown(worker: Worker, how: str) -> None:
+    if _celery(worker) is None:
+        return
+    from celery import signals
+
+    signals.worker_shutdown.send(sender=worker.stash[SENDER])

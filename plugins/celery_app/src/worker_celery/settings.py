@@ -1,0 +1,123 @@
+"""A Celery app's configuration as this worker's settings, and the worker settings it cannot
+honour (listed at start with what the worker does instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from worker_core.app.settings import Settings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["HANDLED_BY_CELERY", "UNSUPPORTED", "broker_url", "translate", "unsupported"]
+
+#: Celery's default broker when its app names none (what ``celery worker`` connects to)
+CELERY_DEFAULT_BROKER = "amqp://guest:guest@localhost:5672//"
+
+#: Pools this worker has under Celery's names for them.
+POOLS = {"prefork": "prefork", "processes": "prefork", "threads": "threads", "solo": "solo"}
+
+#: Worker-side settings Celery's own machinery reads where the task runs (the tracer, the
+#: result backend, the logging setup), so they behave as under ``celery worker``.
+HANDLED_BY_CELERY = frozenset({
+    "worker_deduplicate_successful_tasks", "worker_hijack_root_logger", "worker_log_format",
+    "worker_task_log_format", "worker_redirect_stdouts", "worker_redirect_stdouts_level",
+    "task_inherit_parent_priority", "task_store_errors_even_if_ignored", "task_remote_tracebacks",
+    "task_annotations", "task_default_rate_limit", "result_chord_join_timeout",
+    "result_chord_retry_interval", "result_chord_ordered", "task_allow_error_cb_on_chord_header",
+})
+
+#: Worker settings this worker does not honour, and what it does instead.
+UNSUPPORTED: Mapping[str, str] = {
+    "worker_direct": "no per-worker queue is consumed; name the queues with -Q",
+    "worker_disable_prefetch": "the prefetch window is concurrency x worker_prefetch_multiplier",
+    "worker_eta_task_limit": "tasks held for their ETA are not capped",
+    "worker_soft_shutdown_timeout": "a warm shutdown waits for the running tasks, a second signal "
+                                    "stops them (cold)",
+    "worker_enable_soft_shutdown_on_idle": "a warm shutdown waits for the running tasks, a second signal "
+                                           "stops them (cold)",
+    "worker_autoscaler": "autoscalers are plugins, chosen with --autoscaler",
+    "worker_consumer": "the consumer is this worker's own",
+    "worker_timer": "the timer is kombu's, this worker's own",
+    "worker_timer_precision": "the timer is kombu's, this worker's own",
+    "worker_pool_restarts": "pool_restart is not a remote command here; restart the worker",
+    "worker_proc_alive_timeout": "pool processes are waited for by the pool plugin",
+    "worker_agent": "no actor agent is started",
+    "worker_detect_quorum_queues": "queues are declared as Celery declares classic queues",
+    "worker_log_color": "log lines are not coloured",
+    "task_create_missing_queues": "the queues named by -Q or task_queues are declared",
+}
+
+
+def _seconds(value: Any) -> Any:
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+def broker_url(celery: Celery) -> str:
+    """The broker the Celery app names (``;`` between failover URLs), else Celery's default."""
+    url = celery.conf.broker_url
+    if isinstance(url, (list, tuple)):
+        url = ";".join(str(item) for item in url)
+    return url or CELERY_DEFAULT_BROKER
+
+
+def _changed(celery: Celery) -> dict[str, Any]:
+    """The settings the app's configuration sets (not Celery's defaults)."""
+    return dict(celery.conf.without_defaults().items())
+
+
+def translate(celery: Celery, spec: str) -> tuple[dict[str, Any], list[str]]:
+    """This worker's settings for ``celery``'s configuration, and one line for each value it
+    cannot take (a setting of the same name that this worker reads differently)."""
+    changed = _changed(celery)
+    known = set(Settings.names())
+    settings: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, value in changed.items():
+        if name not in known or name in ("broker_url", "result_backend"):
+            continue
+        value = _seconds(value)
+        if name == "worker_pool":
+            pool = POOLS.get(value) if isinstance(value, str) else None
+            if pool is None:
+                notes.append(f"worker_pool={value!r}: not a pool here; the default pool runs instead "
+                             f"(choose one with -P prefork|threads|solo)")
+                continue
+            value = pool
+        elif name == "worker_prefetch_multiplier" and isinstance(value, int) and value < 1:
+            notes.append(f"worker_prefetch_multiplier={value!r}: an unlimited prefetch is not offered; "
+                         f"4 per process is used (set 1 or more)")
+            continue
+        elif name == "worker_concurrency" and not isinstance(value, int):
+            notes.append(f"worker_concurrency={value!r}: one process per CPU is used (set a number)")
+            continue
+        elif name == "broker_failover_strategy" and not isinstance(value, str):
+            notes.append("broker_failover_strategy: a function is not taken; round-robin is used "
+                         "(or --failover round-robin|shuffle|priority)")
+            continue
+        elif name == "task_routes" and not isinstance(value, Mapping):
+            continue  # routers as functions: Celery's own sending in tasks still uses them
+        elif name == "accept_content" and isinstance(value, (list, set, frozenset)):
+            value = tuple(value)
+        settings[name] = value
+    settings["broker_url"] = broker_url(celery)
+    settings["result_backend"] = f"celery://{spec}"
+    return settings, notes
+
+
+def unsupported(celery: Celery) -> list[str]:
+    """One line for each worker setting the app sets that this worker does not honour."""
+    known = set(Settings.names())
+    lines = []
+    for name in sorted(_changed(celery)):
+        if name in known or name in HANDLED_BY_CELERY:
+            continue
+        instead = UNSUPPORTED.get(name)
+        if instead:
+            lines.append(f"{name}: not supported; {instead}")
+        elif instead is None and name.startswith(("worker_", "event_", "control_")):
+            lines.append(f"{name}: not read by this worker")
+    return lines
