@@ -1,0 +1,255 @@
+"""``workerctl worker -A proj`` with an unchanged Celery project (worker-celery): each task runs
+through Celery's tracer in a prefork child, so the request, retries, handlers, update_state,
+results, canvas and signals behave as under ``celery worker``. A real Celery client sends the
+tasks and reads the results; the worker runs real processes on real Redis (and RabbitMQ)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import AMQP_TEST_URL, REDIS_PORT, WorkerFactory, empty_redis, redis_db, require_server
+from workers import wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+BROKER = redis_db(3)
+RESULTS = redis_db(4)
+PROJ = "apps.celery_proj.tasks"
+
+
+def client(broker: str = BROKER, backend: str = RESULTS):
+    """A Celery client of its own (not the project's app): it sends by name, as a producer in
+    another code base would."""
+    from celery import Celery
+
+    app = Celery("client", broker=broker, backend=backend)
+    app.conf.update(broker_connection_retry_on_startup=True, result_extended=True)
+    return app
+
+
+@pytest.fixture(scope="module")
+def signals_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("signals") / "signals.log"
+
+
+@pytest.fixture(scope="module")
+def proj(tmp_path_factory: pytest.TempPathFactory, signals_log: Path) -> Iterator[object]:
+    """The project under ``workerctl worker -P prefork -c 2 -E`` on Redis, results on Redis."""
+    require_server(REDIS_PORT, "Redis")
+    empty_redis(BROKER)
+    empty_redis(RESULTS)
+    factory = WorkerFactory(tmp_path_factory.mktemp("proj"))
+    worker = factory.start("-c", "2", "-E", "--heartbeat-interval", "0.5", app="apps.celery_proj",
+                           pool="prefork", env={"CELERY_BROKER_URL": BROKER, "CELERY_RESULT_BACKEND": RESULTS,
+                                                "CELERY_PROJ_SIGNALS": str(signals_log)})
+    app = client()
+    yield worker
+    app.close()
+    factory.cleanup()
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+# -- the task itself -----------------------------------------------------------------------------
+
+
+def test_a_task_runs_in_a_pool_child_with_celerys_request_and_its_result_is_stored_by_celerys_backend(proj):
+    app = client()
+    assert app.send_task(f"{PROJ}.add", (2, 3)).get(timeout=10) == 5
+    seen = app.send_task(f"{PROJ}.whoami", headers={"x_custom": "carried"}).get(timeout=10)
+    assert seen["task"] == f"{PROJ}.whoami" and seen["custom"] == "carried"
+    assert seen["hostname"] == proj.args[proj.args.index("-n") + 1]
+    assert seen["delivery_info"]["routing_key"] == "celery"
+    assert seen["called_directly"] is False and seen["is_eager"] is False
+    result = app.send_task(f"{PROJ}.add", (1, 1))
+    result.get(timeout=10)
+    meta = result.backend.get_task_meta(result.id)
+    assert meta["name"] == f"{PROJ}.add" and meta["args"] == [1, 1]  # the project's result_extended
+
+
+def test_a_failure_is_stored_as_celery_stores_it_and_raised_in_the_client(proj):
+    from apps.celery_proj.tasks import Boom
+
+    app = client()
+    result = app.send_task(f"{PROJ}.boom", ("kaput",))
+    with pytest.raises(Boom, match="kaput"):
+        result.get(timeout=10)
+    assert result.state == "FAILURE"
+    assert "raise Boom(message)" in result.traceback
+    proj.wait_log(f"Task {PROJ}.boom[{result.id}] raised unexpected: Boom('kaput')")
+
+
+def test_retries_autoretry_and_update_state_go_through_celerys_task(proj):
+    app = client()
+    assert app.send_task(f"{PROJ}.flaky", (2,)).get(timeout=10) == 2
+    assert app.send_task(f"{PROJ}.autoretried", (2,)).get(timeout=10) == "ok after 2"
+    with pytest.raises(KeyError):
+        app.send_task(f"{PROJ}.autoretried", (5,)).get(timeout=10)  # max_retries=2, then the error
+    assert app.send_task(f"{PROJ}.progress", (3,)).get(timeout=10) == 3
+    gate = Path(proj.log_path).with_suffix(".gate")
+    running = app.send_task(f"{PROJ}.slow_progress", (str(gate),))
+    wait_for(lambda: running.state == "PROGRESS", 10, message="the PROGRESS state")
+    assert running.info["pid"] != proj.pid  # stored from the pool child
+    gate.touch()
+    assert running.get(timeout=10) == "done"
+
+
+def test_ignore_and_reject_are_celerys(proj):
+    app = client()
+    ignored = app.send_task(f"{PROJ}.ignored")
+    rejected = app.send_task(f"{PROJ}.rejected")
+    proj.wait_log(f"Task {PROJ}.rejected[{rejected.id}] rejected itself (requeue=False)")
+    assert ignored.state == "PENDING"  # Ignore stores nothing
+    assert rejected.state == "PENDING"
+
+
+def test_a_task_subclass_runs_every_handler_and_the_task_signals_run_in_the_child(proj, signals_log):
+    from apps.celery_proj.tasks import Boom
+
+    app = client()
+    ok = app.send_task(f"{PROJ}.handled", ("ok",))
+    assert ok.get(timeout=10) == "ok"
+    failed = app.send_task(f"{PROJ}.handled", ("fail",))
+    with pytest.raises(Boom):
+        failed.get(timeout=10)
+    retried = app.send_task(f"{PROJ}.handled", ("retry",))
+    assert retried.get(timeout=10) == "retry"
+
+    def of(task_id: str) -> list[str]:
+        return [line.split(" ", 1)[1] for line in lines(signals_log) if task_id in line]
+
+    wait_for(lambda: any(line.startswith("task_postrun") for line in of(ok.id)), 5, message="postrun")
+    assert [line.split()[0] for line in of(ok.id)] == [
+        "task_prerun", "before_start", "on_success", "task_success", "after_return", "task_postrun"]
+    assert "after_return SUCCESS " + ok.id in of(ok.id)
+    wait_for(lambda: any(line.startswith("task_postrun") for line in of(failed.id)), 5, message="postrun")
+    assert [line.split()[0] for line in of(failed.id)] == [
+        "task_prerun", "before_start", "on_failure", "task_failure", "after_return", "task_postrun"]
+    wait_for(lambda: len([line for line in of(retried.id) if line.startswith("task_postrun")]) == 2, 5,
+             message="both runs")
+    # as in Celery, after_return is not called for a retry
+    assert [line.split()[0] for line in of(retried.id)][:5] == [
+        "task_prerun", "before_start", "on_retry", "task_retry", "task_postrun"]
+    pids = {line.split()[0] for line in lines(signals_log) if ok.id in line}
+    assert str(proj.pid) not in pids  # the task and its signals ran in a pool child
+
+
+def test_a_soft_time_limit_is_caught_as_celerys_exception_and_a_hard_one_fails_the_task(proj):
+    app = client()
+    assert app.send_task(f"{PROJ}.catches_soft_limit").get(timeout=10) == "caught"
+    killed = app.send_task(f"{PROJ}.nap", (10,), time_limit=0.5)
+    from billiard.exceptions import TimeLimitExceeded
+
+    with pytest.raises(TimeLimitExceeded):
+        killed.get(timeout=10)
+
+
+def test_print_in_a_task_goes_to_the_log_as_celerys_worker_redirects_it(proj):
+    app = client()
+    assert app.send_task(f"{PROJ}.shout", ("hello there",)).get(timeout=10) == "hello there"
+    proj.wait_log("WARNING/ForkPoolWorker")
+    proj.wait_log("printed: hello there")
+
+
+def test_a_revoked_task_is_stored_revoked_through_celerys_backend(proj):
+    app = client()
+    result = app.send_task(f"{PROJ}.add", (1, 2), countdown=30)
+    proj.wait_log(f"{result.id}] received")
+    result.revoke()
+    wait_for(lambda: result.state == "REVOKED", 10, message="REVOKED")
+
+
+# -- the worker's signals ------------------------------------------------------------------------------
+
+
+def test_celerys_worker_signals_come_at_the_matching_moments(tmp_path, workers):
+    require_server(REDIS_PORT, "Redis")
+    log = tmp_path / "signals.log"
+    env = {"CELERY_BROKER_URL": empty_redis(redis_db(6)), "CELERY_PROJ_SIGNALS": str(log)}
+    worker = workers.start("-c", "2", "--heartbeat-interval", "0.3", app="apps.celery_proj", pool="prefork",
+                           env=env)
+    wait_for(lambda: any("heartbeat_sent" in line for line in lines(log)), 10, message="a heartbeat")
+    main = str(worker.pid)
+    worker.stop(signal.SIGTERM)
+    seen = [line.split() for line in lines(log)]
+    in_main = [name for pid, name, *_ in seen if pid == main]
+    in_children = [name for pid, name, *_ in seen if pid != main]
+    first = ["celeryd_init", "worker_init", "after_setup_logger", "after_setup_task_logger",
+             "celeryd_after_setup"]
+    assert in_main[:5] == first
+    # worker-online goes out as the consumer starts, as Celery's Heart step sends it, then ready
+    assert in_main[5:7] == ["heartbeat_sent", "worker_ready"]
+    # then, the running tasks done, worker_shutdown, and the worker-offline event as the consumer stops
+    stopping = [name for name in in_main if name != "heartbeat_sent"][-2:]
+    assert stopping == ["worker_shutting_down", "worker_shutdown"]
+    assert in_main[-1] == "heartbeat_sent"
+    assert in_children.count("worker_process_init") == 2
+    assert in_children.count("worker_process_shutdown") == 2
+    assert "worker_process_init" not in in_main
+
+
+# -- configuration -------------------------------------------------------------------------------
+
+
+def test_the_apps_configuration_is_the_workers_and_the_command_line_wins(tmp_path, workers):
+    require_server(REDIS_PORT, "Redis")
+    broker = empty_redis(redis_db(6))
+    env = {"CELERY_BROKER_URL": broker}
+    worker = workers.start(app="apps.celery_configured", pool="prefork", env=env)
+    log = worker.log()
+    assert "  queues     high, low" in log  # task_queues, without -Q
+    assert "  pool       concurrency 3" in log  # worker_concurrency
+    assert "prefetch   6 (3 x 2)" in log  # worker_prefetch_multiplier
+    assert "Celery setting worker_direct: not supported; no per-worker queue is consumed" in log
+    app = client(broker)
+    assert app.send_task("apps.celery_configured.where", queue="low").get(timeout=10) == "low"
+    assert app.send_task("apps.celery_configured.where", queue="high").get(timeout=10) == "high"
+    worker.stop()
+    again = workers.start("-Q", "high", "-c", "1", "--prefetch-multiplier", "5", app="apps.celery_configured",
+                          pool="prefork", env=env)
+    log = again.log()
+    assert "  queues     high\n" in log and "concurrency 1" in log and "prefetch   5 (1 x 5)" in log
+
+
+def test_a_celery_app_with_its_loader_blocked_is_refused_naming_the_block(tmp_path):
+    import subprocess
+
+    command = [sys.executable, "-m", "worker_core", "worker", "-A", "apps.celery_proj.celery:app", "-p",
+               "no:celery"]
+    result = subprocess.run(command, cwd=Path(__file__).parent, capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, CELERY_BROKER_URL=redis_db(6)))
+    assert result.returncode == 2
+    assert "names a Celery app (celery.app.base.Celery)" in result.stderr
+    assert "blocked by -p no:celery" in result.stderr
+
+
+# -- RabbitMQ ------------------------------------------------------------------------------------------
+
+
+def test_the_project_runs_on_rabbitmq_with_results_on_redis(workers):
+    require_server(5672, "RabbitMQ")
+    require_server(REDIS_PORT, "Redis")
+    import uuid
+
+    from conftest import delete_queue
+
+    queue = f"proj-{uuid.uuid4().hex[:8]}"
+    results = empty_redis(redis_db(6))
+    worker = workers.start("-c", "2", app="apps.celery_proj", pool="prefork",
+                           env={"CELERY_BROKER_URL": AMQP_TEST_URL, "CELERY_RESULT_BACKEND": results,
+                                "CELERY_PROJ_QUEUE": queue})
+    app = client(AMQP_TEST_URL, results)
+    try:
+        assert app.send_task(f"{PROJ}.add", (20, 22), queue=queue).get(timeout=10) == 42
+        assert app.send_task(f"{PROJ}.flaky", (1,), queue=queue).get(timeout=10) == 1
+    finally:
+        app.close()
+        worker.stop()
+        delete_queue(AMQP_TEST_URL, queue)
