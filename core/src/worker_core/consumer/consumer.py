@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
 from ..options import scheme_of
-from ..redaction import redact_url
+from ..redaction import redact_value
 from .connection import BrokerConnection
 from .handler import make_handler
 from .inbox import Inbox
@@ -166,6 +166,22 @@ class Consumer:
         self.tasks.update_qos()
 
     def info(self) -> dict[str, Any]:
-        current = self.broker.current
-        return {**self.tasks.info(), **self.reservations.info(),
-                "broker": redact_url(current) if current else None}
+        return {**self.tasks.info(), **self.reservations.info(), "broker": self._broker_info()}
+
+    def _broker_info(self) -> dict[str, Any] | None:
+        """The connection as Celery's ``stats`` gives it (kombu's ``Connection.info()``, which
+        monitors such as Flower read as a mapping) and ``uri``, the URL in use, without its
+        password and with every other secret hidden."""
+        current, connection = self.broker.current, self.broker.connection
+        if current is None:
+            return None
+        info: dict[str, Any] = {}
+        if connection is not None:
+            try:
+                info = dict(connection.info())
+            except Exception:  # a transport that cannot describe itself: the URL alone
+                info = {}
+        info.pop("password", None)
+        info["uri"] = current
+        shown: dict[str, Any] = redact_value("broker", info)  # URLs and secret-named values hidden
+        return shown
