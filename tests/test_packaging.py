@@ -156,3 +156,22 @@ def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tm
             worker.kill()
             worker.wait()
         log.close()
+
+
+def test_a_celery_app_without_worker_celery_is_refused_naming_the_distribution(venv, tmp_path):
+    """worker-core recognises a Celery app without importing Celery (a stand-in of its class here:
+    this venv has no celery) and says what to install."""
+    (tmp_path / "celery" / "app").mkdir(parents=True)
+    (tmp_path / "celery" / "__init__.py").write_text("")
+    (tmp_path / "celery" / "app" / "__init__.py").write_text("")
+    (tmp_path / "celery" / "app" / "base.py").write_text("class Celery:\n    pass\n")
+    (tmp_path / "proj.py").write_text("from celery.app.base import Celery\n\napp = Celery()\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    for spec in ("proj", "proj:app"):
+        result = subprocess.run([str(venv / "bin" / "workerctl"), "worker", "-A", spec], cwd=tmp_path,
+                                env=env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert f"-A {spec} names a Celery app (celery.app.base.Celery)" in result.stderr
+        assert "install worker-celery: pip install worker-celery" in result.stderr
+    imported = _run(venv, "python", "-c", "import celery")
+    assert imported.returncode != 0  # the stand-in was only the project's

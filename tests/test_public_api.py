@@ -128,3 +128,21 @@ def test_the_hook_specs_are_pinned() -> None:
         "worker_validate_options",
     ])
     assert set(specs) == hookspecs.OBSERVER_HOOKS | hookspecs.CONTRIBUTION_HOOKS
+
+
+def test_worker_core_never_imports_celery() -> None:
+    """Every module of worker-core imported, and a worker of this project's App run: no Celery
+    (worker-celery is the one distribution that depends on it)."""
+    script = """
+import pkgutil, importlib, sys
+import worker_core
+for module in pkgutil.walk_packages(worker_core.__path__, "worker_core."):
+    if not module.name.endswith("__main__"):
+        importlib.import_module(module.name)
+from worker_core.app.loader import load_app
+load_app("apps.basic")
+print(sorted(name for name in sys.modules if name == "celery" or name.startswith("celery.")))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                         cwd=__import__("conftest").REPO / "tests")
+    assert out.stdout.strip() == "[]"
