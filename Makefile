@@ -59,6 +59,8 @@ bench: venv
 	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3
 	$(BIN)/python bench/pauses.py --broker $(AMQP_BENCH) -P solo -c 1 --repeat 3
 	$(BIN)/python bench/import_floor.py
+	$(BIN)/python bench/celery_project.py --broker $(REDIS_BENCH) --results $(REDIS_BENCH)
+	$(BIN)/python bench/celery_project.py --broker $(AMQP_BENCH) --results $(REDIS_BENCH)
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples

@@ -253,3 +253,40 @@ def test_the_project_runs_on_rabbitmq_with_results_on_redis(workers):
         app.close()
         worker.stop()
         delete_queue(AMQP_TEST_URL, queue)
+
+
+# -- the one-round-trip store on Celery's Redis backend -------------------------------------------
+
+
+def test_the_atomic_store_writes_and_publishes_what_celerys_redis_backend_does_and_keeps_a_success():
+    require_server(REDIS_PORT, "Redis")
+    import redis
+    from celery import Celery
+    from worker_celery.results import AtomicRedisBackend, atomic_backend_for
+
+    url = empty_redis(redis_db(6))
+    app = Celery("atomic", backend=url)
+    app.conf.result_expires = 600
+    backend = atomic_backend_for(app)
+    assert isinstance(backend, AtomicRedisBackend)
+    raw = redis.Redis.from_url(url)
+    listener = raw.pubsub()
+    listener.subscribe("celery-task-meta-t1")
+    listener.get_message(timeout=1)
+    backend.store_result("t1", {"step": 1}, "PROGRESS")
+    assert app.backend.get_task_meta("t1")["result"] == {"step": 1}
+    backend.store_result("t1", 42, "SUCCESS")
+    published = listener.get_message(timeout=1)
+    assert published is not None and b'"status": "PROGRESS"' in published["data"]
+    assert 590 < raw.ttl("celery-task-meta-t1") <= 600
+    backend.store_result("t1", Boom("late"), "FAILURE")  # a duplicate run: the SUCCESS stays
+    meta = app.backend.get_task_meta("t1")
+    assert (meta["status"], meta["result"]) == ("SUCCESS", 42)
+    assert app.AsyncResult("t1").get(timeout=1) == 42
+    listener.close()
+    raw.close()
+    assert atomic_backend_for(Celery("other", backend="rpc://")) is None
+
+
+class Boom(Exception):
+    pass

@@ -21,6 +21,8 @@ from celery.exceptions import Reject
 
 from worker_core.protocol import parse_iso, safe_repr, utcnow
 
+from .results import atomic_backend_for
+
 if TYPE_CHECKING:
     from celery import Celery
 
@@ -68,13 +70,17 @@ def is_pool_process() -> bool:
 
 def prepare_process() -> None:
     """Celery's set-up of a process that runs tasks: the app made current, its tasks' tracers
-    built (once per process; a forked child builds its own)."""
+    built (once per process; a forked child builds its own), and the tasks that use the app's
+    Redis result backend given its one-round-trip store (see :mod:`.results`)."""
     global _prepared_pid
     app = _app
     if app is None or _prepared_pid == os.getpid():
         return
     trace.setup_worker_optimizations(app, _hostname)
+    atomic = atomic_backend_for(app)
     for name, task in app.tasks.items():
+        if atomic is not None and task.backend is app.backend:  # not a task with a backend of its own
+            task.backend = atomic
         task.__trace__ = trace.build_tracer(name, task, app.loader, _hostname, app=app)
     _prepared_pid = os.getpid()
 

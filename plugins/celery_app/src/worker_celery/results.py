@@ -1,0 +1,78 @@
+"""Storing a task's state on Celery's Redis result backend in one round trip.
+
+Celery's Redis backend reads the stored meta first (a SUCCESS already stored is never replaced),
+then writes and publishes it in a pipeline: two round trips for every task, the most of a no-op
+task's cost in a pool process. :class:`AtomicRedisBackend` is that backend with the same
+configuration (URL, key prefix, expiry, serializer, retry policy), whose store does the check,
+the write and the publish in one Lua script: the same keys and values, the same messages to
+waiting clients, the check and the write now atomic. It serves the app's tasks in the worker's
+processes (as ``task.backend``, Celery's own way of giving a task a backend) when the app's
+backend is Celery's Redis backend itself and its results are JSON; any other backend is used as
+it is.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from celery import states
+from celery.backends.redis import RedisBackend
+from celery.exceptions import BackendStoreError
+from kombu.utils.encoding import bytes_to_str
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+__all__ = ["AtomicRedisBackend", "atomic_backend_for"]
+
+#: KEYS[1] the task's key; ARGV[1] the encoded meta, ARGV[2] seconds to keep it (0: for ever)
+STORE_UNLESS_SUCCESS = """
+local current = redis.call('GET', KEYS[1])
+if current then
+    local ok, meta = pcall(cjson.decode, current)
+    if ok and type(meta) == 'table' and meta['status'] == 'SUCCESS' then
+        return 0
+    end
+end
+local seconds = tonumber(ARGV[2])
+if seconds > 0 then
+    redis.call('SETEX', KEYS[1], seconds, ARGV[1])
+else
+    redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+class AtomicRedisBackend(RedisBackend):  # type: ignore[misc]
+    """Celery's Redis result backend, storing each state in one round trip (see the module)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._store_script: Any = None
+
+    def _store_result(self, task_id: Any, result: Any, state: str, traceback: Any = None,
+                      request: Any = None, **kwargs: Any) -> Any:
+        meta = self._get_result_meta(result=result, state=state, traceback=traceback, request=request)
+        meta["task_id"] = bytes_to_str(task_id)
+        value = self.encode(meta)
+        if isinstance(value, str) and len(value) > self._MAX_STR_VALUE_SIZE:
+            raise BackendStoreError("value too large for Redis backend", state=state, task_id=task_id)
+        expires = self.failure_expires if state == states.FAILURE else self.expires
+        self.ensure(self._store_unless_success, (self.get_key_for_task(task_id), value, expires or 0))
+        return result
+
+    def _store_unless_success(self, key: Any, value: Any, expires: float) -> None:
+        if self._store_script is None:
+            self._store_script = self.client.register_script(STORE_UNLESS_SUCCESS)
+        self._store_script(keys=[key], args=[value, int(expires)])
+
+
+def atomic_backend_for(app: Celery) -> AtomicRedisBackend | None:
+    """The one-round-trip store for ``app``'s results, or None when its backend is not Celery's
+    Redis backend with JSON results (used as it is then)."""
+    backend = app.backend
+    if type(backend) is not RedisBackend or backend.serializer != "json":
+        return None
+    return AtomicRedisBackend(app=app, url=backend.url)
