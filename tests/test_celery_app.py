@@ -208,9 +208,15 @@ def test_the_apps_configuration_is_the_workers_and_the_command_line_wins(tmp_pat
     assert "  pool       concurrency 3" in log  # worker_concurrency
     assert "prefetch   6 (3 x 2)" in log  # worker_prefetch_multiplier
     assert "Celery setting worker_direct: not supported; no per-worker queue is consumed" in log
-    app = client(broker)
+    app = client(broker, broker)
     assert app.send_task("apps.celery_configured.where", queue="low").get(timeout=10) == "low"
     assert app.send_task("apps.celery_configured.where", queue="high").get(timeout=10) == "high"
+    # task_acks_late and task_reject_on_worker_lost: a task whose process dies runs again
+    marker = tmp_path / "died"
+    assert app.send_task("apps.celery_configured.dies_once", (str(marker),), queue="low").get(
+        timeout=20) == "second run"
+    assert marker.exists()
+    worker.wait_log("lost its process")
     worker.stop()
     again = workers.start("-Q", "high", "-c", "1", "--prefetch-multiplier", "5", app="apps.celery_configured",
                           pool="prefork", env=env)

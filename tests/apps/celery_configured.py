@@ -22,3 +22,16 @@ app.conf.update(
 @app.task(bind=True, name="apps.celery_configured.where")
 def where(self):
     return self.request.delivery_info["routing_key"]
+
+
+app.conf.update(task_acks_late=True, task_reject_on_worker_lost=True)
+
+
+@app.task(name="apps.celery_configured.dies_once")
+def dies_once(marker):
+    """Kills its own process the first time (acks_late and reject_on_worker_lost from the app's
+    configuration send it again), returns the second."""
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), 9)
+    return "second run"

@@ -39,6 +39,13 @@ class CeleryApp(App):
         self.spec = spec
         #: one line per setting of the Celery app this worker does not honour as Celery does
         self.notes: list[str] = [*notes, *unsupported(celery)]
+        own = settings["result_backend"]
+        if self.settings.result_backend != own:  # WORKER_RESULT_BACKEND: Celery's backend stores anyway
+            self.notes.append(
+                f"result_backend={self.settings.result_backend!r} (from WORKER_RESULT_BACKEND) is not "
+                f"used: the Celery app's own backend stores the results; set result_backend in its "
+                f"configuration")
+            self.conf.update(result_backend=own)
         self.tasks.update(views_of(self, dict(celery.tasks)))
 
     def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:

@@ -22,6 +22,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from worker_core.hookspecs import hookimpl
+from worker_core.redaction import redact_url
 from worker_core.stash import StashKey
 
 from . import execution
@@ -84,6 +85,8 @@ def worker_init(worker: Worker) -> None:
         celery.conf.broker_url = urls
     execution.install(celery, worker.hostname, worker.options.pool)
     sender = worker.stash[SENDER] = CeleryWorker(worker, celery)
+    logger.info("Celery app %s: results through its own backend, %s", worker.app.spec,
+                redact_url(celery.backend.as_uri()) if celery.conf.result_backend else "disabled")
     for line in worker.app.notes:
         logger.warning("Celery setting %s", line)
     signals.celeryd_init.send(sender=worker.hostname, instance=sender, conf=celery.conf,
