@@ -296,3 +296,35 @@ def test_the_atomic_store_writes_and_publishes_what_celerys_redis_backend_does_a
 
 class Boom(Exception):
     pass
+
+
+def test_each_setting_of_the_celery_app_is_translated_or_listed_with_what_the_worker_does_instead():
+    from datetime import timedelta
+
+    from celery import Celery
+    from worker_celery import CeleryApp
+
+    celery = Celery("translated", broker="redis://127.0.0.1:1/0", backend="redis://127.0.0.1:1/1")
+    celery.conf.update(result_expires=timedelta(hours=1), task_time_limit=60, task_soft_time_limit=50,
+                       broker_heartbeat=None, accept_content=["json", "pickle"], task_acks_late=True,
+                       worker_max_tasks_per_child=100, worker_pool="gevent", worker_prefetch_multiplier=0,
+                       task_default_priority=-1, worker_direct=True, worker_proc_alive_timeout=9,
+                       broker_connection_max_retries=None)
+    celery.finalize()
+    app = CeleryApp(celery, "translated")
+    settings = app.settings
+    assert settings.result_expires == 3600
+    assert (settings.task_time_limit, settings.task_soft_time_limit) == (60, 50)
+    assert settings.accept_content == ("json", "pickle") and settings.task_acks_late is True
+    assert settings.broker_heartbeat == 0 and settings.broker_connection_max_retries is None
+    assert settings.worker_max_tasks_per_child == 100
+    assert settings.broker_url == "redis://127.0.0.1:1/0"
+    assert settings.result_backend == "celery://translated"
+    assert settings.worker_pool is None and settings.worker_prefetch_multiplier == 4
+    notes = "\n".join(app.notes)
+    assert "worker_pool='gevent': not a pool here; the default pool runs instead" in notes
+    assert "worker_prefetch_multiplier=0: an unlimited prefetch is not offered" in notes
+    assert "task_default_priority=-1: not taken, the worker's default is used instead" in notes
+    assert "worker_direct: not supported; no per-worker queue is consumed" in notes
+    assert "worker_proc_alive_timeout: not supported" in notes
+    assert app.tasks["celery.chord_unlock"].celery is celery.tasks["celery.chord_unlock"]

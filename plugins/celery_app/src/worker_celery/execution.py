@@ -31,7 +31,9 @@ __all__ = ["execute", "hostname", "install", "installed", "is_pool_process", "po
 logger = logging.getLogger("worker.celery")
 
 #: what a worker's log says itself: the tracer's lines of the same outcomes would repeat them
-_LOGGED_BY_THE_WORKER = frozenset({trace.LOG_SUCCESS, trace.LOG_FAILURE, trace.LOG_RETRY, trace.LOG_REJECTED})
+_LOGGED_BY_THE_WORKER = frozenset(
+    line.strip() for line in (trace.LOG_SUCCESS, trace.LOG_FAILURE, trace.LOG_RETRY, trace.LOG_REJECTED)
+)
 
 _app: Celery | None = None
 _hostname: str | None = None
@@ -87,7 +89,7 @@ def prepare_process() -> None:
 
 class _TraceLines(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return record.msg not in _LOGGED_BY_THE_WORKER
+        return not (isinstance(record.msg, str) and record.msg.strip() in _LOGGED_BY_THE_WORKER)
 
 
 def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], kwargs: dict[str, Any],

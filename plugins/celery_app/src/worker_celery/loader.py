@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from worker_core.exceptions import ConfigurationError
 
 from .app import CeleryApp
+
+if TYPE_CHECKING:
+    from celery import Celery
 
 __all__ = ["CeleryLoader", "adapted"]
 
@@ -43,11 +46,15 @@ class CeleryLoader:
                 f"the Celery app {spec!r} failed to set up its worker (importing its task modules): "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        app = _loaded[spec] = CeleryApp(found, spec)
+        try:
+            app = CeleryApp(found, spec)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"the Celery app {spec!r}'s configuration: {exc}") from None
+        _loaded[spec] = app
         return app
 
 
-def adapted(spec: str) -> object | None:
+def adapted(spec: str) -> Celery | None:
     """The Celery app (``celery.Celery``) loaded for ``spec`` in this process, if any."""
     app = _loaded.get(spec)
     return app.celery if app is not None else None

@@ -5,11 +5,12 @@ decides itself stored as Celery's worker stores them (errbacks and chords includ
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from worker_core.request import Request
 
 from .execution import execute
+from .tasks import CeleryTaskView
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -58,9 +59,7 @@ class CeleryRequest(Request):
         task cancelled after a lost connection) through the Celery app's backend, as Celery's
         worker does: ``mark_as_revoked``/``mark_as_failure``/``mark_as_retry``, which also count
         a chord's part and call the errbacks."""
-        task = getattr(self.task, "celery", None)
-        if task is None:
-            return super().store(result, state, traceback)
+        task = cast(CeleryTaskView, self.task).celery
         ignored = self.envelope.ignore_result or self.task.ignore_result
         store_errors = not ignored or task.store_errors_even_if_ignored
         backend = task.backend

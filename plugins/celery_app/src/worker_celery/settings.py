@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from worker_core.app.settings import Settings
+from worker_core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -65,8 +66,11 @@ def broker_url(celery: Celery) -> str:
 
 
 def _changed(celery: Celery) -> dict[str, Any]:
-    """The settings the app's configuration sets (not Celery's defaults)."""
-    return dict(celery.conf.without_defaults().items())
+    """Celery's settings whose value in the app's configuration is not Celery's default."""
+    from celery.app.defaults import DEFAULTS
+
+    conf = celery.conf
+    return {name: conf[name] for name in DEFAULTS if name in conf and conf[name] != DEFAULTS[name]}
 
 
 def translate(celery: Celery, spec: str) -> tuple[dict[str, Any], list[str]]:
@@ -102,6 +106,13 @@ def translate(celery: Celery, spec: str) -> tuple[dict[str, Any], list[str]]:
             continue  # routers as functions: Celery's own sending in tasks still uses them
         elif name == "accept_content" and isinstance(value, (list, set, frozenset)):
             value = tuple(value)
+        elif name == "broker_heartbeat" and value is None:
+            value = 0  # Celery's "no heartbeats"
+        try:
+            Settings(**{name: value})
+        except ConfigurationError as exc:
+            notes.append(f"{name}={value!r}: not taken, the worker's default is used instead ({exc})")
+            continue
         settings[name] = value
     settings["broker_url"] = broker_url(celery)
     settings["result_backend"] = f"celery://{spec}"
