@@ -282,7 +282,7 @@ def test_bad_broker_transport_options_are_refused(queue_url: str, url: str | Non
 
 @pytest.mark.parametrize(("env", "expected"), [
     ({"WORKER_RESULT_BACKEND": "nope"},
-     ["no result_backend named 'nope' is installed", "Available: disabled"]),
+     ["no result_backend named 'nope' is installed", "disabled (worker-core)"]),
     ({"WORKER_RESULT_BACKEND": "redis://127.0.0.1:6379/abc"},
      ["result backend URL 'redis://127.0.0.1:6379/abc' names database 'abc'"]),
     ({"WORKER_RESULT_BACKEND": "embedded:///tmp/"}, ["embedded URL 'embedded:///tmp/' names the directory"]),

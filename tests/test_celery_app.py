@@ -122,8 +122,9 @@ def test_a_task_subclass_runs_every_handler_and_the_task_signals_run_in_the_chil
     retried = app.send_task(f"{PROJ}.handled", ("retry",))
     assert retried.get(timeout=10) == "retry"
 
-    def of(task_id: str) -> list[str]:
-        return [line.split(" ", 1)[1] for line in lines(signals_log) if task_id in line]
+    def of(task_id: str) -> list[str]:  # what ran where the task ran (task_received is the main process's)
+        return [line.split(" ", 1)[1] for line in lines(signals_log)
+                if task_id in line and " task_received " not in line]
 
     wait_for(lambda: any(line.startswith("task_postrun") for line in of(ok.id)), 5, message="postrun")
     assert [line.split()[0] for line in of(ok.id)] == [
@@ -137,7 +138,7 @@ def test_a_task_subclass_runs_every_handler_and_the_task_signals_run_in_the_chil
     # as in Celery, after_return is not called for a retry
     assert [line.split()[0] for line in of(retried.id)][:5] == [
         "task_prerun", "before_start", "on_retry", "task_retry", "task_postrun"]
-    pids = {line.split()[0] for line in lines(signals_log) if ok.id in line}
+    pids = {line.split()[0] for line in lines(signals_log) if ok.id in line and " task_received " not in line}
     assert str(proj.pid) not in pids  # the task and its signals ran in a pool child
 
 
@@ -158,12 +159,16 @@ def test_print_in_a_task_goes_to_the_log_as_celerys_worker_redirects_it(proj):
     proj.wait_log("printed: hello there")
 
 
-def test_a_revoked_task_is_stored_revoked_through_celerys_backend(proj):
+def test_a_revoked_task_is_stored_revoked_through_celerys_backend(proj, signals_log):
     app = client()
     result = app.send_task(f"{PROJ}.add", (1, 2), countdown=30)
     proj.wait_log(f"{result.id}] received")
     result.revoke()
     wait_for(lambda: result.state == "REVOKED", 10, message="REVOKED")
+    # Celery's main-process task signals, in the worker's process
+    wait_for(lambda: f"{proj.pid} task_revoked" in signals_log.read_text(), 5, message="task_revoked")
+    mine = [line.split()[:2] for line in lines(signals_log) if result.id in line]
+    assert mine == [[str(proj.pid), "task_received"], [str(proj.pid), "task_revoked"]]
 
 
 # -- the worker's signals ------------------------------------------------------------------------------

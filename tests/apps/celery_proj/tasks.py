@@ -135,13 +135,15 @@ def handled(self, outcome):
 WORKER_SIGNALS = ("celeryd_init", "worker_init", "celeryd_after_setup", "worker_ready", "heartbeat_sent",
                   "worker_shutting_down", "worker_shutdown", "worker_process_init", "worker_process_shutdown",
                   "after_setup_logger", "after_setup_task_logger")
-TASK_SIGNALS = ("task_prerun", "task_postrun", "task_success", "task_failure", "task_retry")
+TASK_SIGNALS = ("task_prerun", "task_postrun", "task_success", "task_failure", "task_retry", "task_received",
+                "task_revoked")
 
 
 def _recorder(name):
     def receiver(sender=None, **kwargs):
         if name.startswith("task_"):
-            task_id = kwargs.get("task_id") or getattr(getattr(sender, "request", None), "id", None)
+            task_id = (kwargs.get("task_id") or getattr(kwargs.get("request"), "id", None)
+                       or getattr(getattr(sender, "request", None), "id", None))
             record(f"{name} {getattr(sender, 'name', sender)} {task_id}")
         else:
             record(name)

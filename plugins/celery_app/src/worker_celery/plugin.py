@@ -14,6 +14,8 @@ a Celery app (for this project's apps every hook returns at once).
 | ``heartbeat_sent`` | after each worker event (online, heartbeat, offline) |
 | ``worker_shutting_down`` | when a warm or cold stop is asked for |
 | ``worker_shutdown`` | once the running tasks are done, before the pool's processes stop |
+| ``task_received``, ``task_revoked`` | in the main process, as a message becomes a request and
+  when a task will not run (while someone is connected to them at start) |
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ from worker_core.stash import StashKey
 
 from . import execution
 from .app import CeleryApp
+from .request import CeleryRequest
 
 if TYPE_CHECKING:
     from celery import Celery
 
+    from worker_core.request import Request
     from worker_core.worker.worker import Worker
 
-__all__ = ["SENDER", "CeleryWorker"]
+__all__ = ["MAIN_PROCESS_TASK_SIGNALS", "SENDER", "CeleryWorker", "MainProcessTaskSignals"]
 
 logger = logging.getLogger("worker.celery")
 
@@ -96,6 +100,9 @@ def worker_init(worker: Worker) -> None:
     signals.celeryd_after_setup.send(sender=worker.hostname, instance=sender, conf=celery.conf)
     if not custom and celery.conf.worker_redirect_stdouts:
         celery.log.redirect_stdouts(celery.conf.worker_redirect_stdouts_level)
+    if signals.task_received.receivers or signals.task_revoked.receivers:
+        # per-task hooks only while someone listens: a worker without them pays nothing per task
+        worker.plugins.register(MainProcessTaskSignals(celery), MAIN_PROCESS_TASK_SIGNALS)
 
 
 def _setup_logging(celery: Celery, worker: Worker) -> bool:
@@ -111,6 +118,41 @@ def _setup_logging(celery: Celery, worker: Worker) -> bool:
             if guard not in handler.filters:
                 handler.addFilter(guard)
     return custom
+
+
+#: the name :class:`MainProcessTaskSignals` is registered under while a Celery app runs
+MAIN_PROCESS_TASK_SIGNALS = "celery-task-signals"
+
+
+class MainProcessTaskSignals:
+    """Celery's task signals of the worker's main process: ``task_received`` when a message
+    becomes a request, ``task_revoked`` when a task will not run (revoked, expired, terminated).
+    The ``request`` they carry is Celery's ``Context`` of the message (``id``, ``task``,
+    ``args``, ``kwargs``, the headers); the tracer sends the others where the task runs."""
+
+    def __init__(self, celery: Celery) -> None:
+        self.celery = celery
+
+    @hookimpl
+    def task_received(self, request: Request) -> None:
+        from celery import signals
+
+        if signals.task_received.receivers:
+            signals.task_received.send(sender=request.consumer.worker.stash[SENDER],
+                                       request=_context(request, self.celery))
+
+    @hookimpl
+    def task_revoked(self, request: Request, reason: str) -> None:
+        from celery import signals
+
+        if signals.task_revoked.receivers:
+            signals.task_revoked.send(sender=getattr(request.task, "celery", None),
+                                      request=_context(request, self.celery), signum=None,
+                                      terminated=reason == "terminated", expired=reason == "expired")
+
+
+def _context(request: Request, celery: Celery) -> Any:
+    return request.context(celery) if isinstance(request, CeleryRequest) else None
 
 
 @hookimpl
