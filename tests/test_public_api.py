@@ -146,3 +146,12 @@ print(sorted(name for name in sys.modules if name == "celery" or name.startswith
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                          cwd=__import__("conftest").REPO / "tests")
     assert out.stdout.strip() == "[]"
+
+
+def test_worker_celery_imports_no_celery_until_a_celery_app_is_loaded() -> None:
+    """Its hooks are loaded by every workerctl worker: a worker of this project's App must not pay
+    for importing Celery."""
+    script = ("import sys, worker_celery, worker_celery.plugin; "
+              "print(sorted(m for m in sys.modules if m == 'celery' or m.startswith('celery.')))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -310,9 +310,10 @@ def prepare_app(
     ``WORKER_*`` variables are checked first, so a bad one is named as such rather than as a
     failed import (``plugin_options`` names the options plugins declare, whose variables are
     theirs: see ``check_environment``; ``plugins`` holds the app loaders asked when ``spec``
-    names no App); the serializers are checked once the module (and whatever
-    it registers) is in, the ``auth`` serializer among them when the settings sign or verify
-    messages.
+    names no App); the serializers are checked once the module (and whatever it registers) is
+    in, the ``auth`` serializer among them when the settings sign or verify messages. An app an
+    app loader adapted (a :class:`~worker_core.slots.ForeignApp`) adds what its own
+    configuration says to the defaults.
     """
     from .. import signing
     from ..app.loader import load_app

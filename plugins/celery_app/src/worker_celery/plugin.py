@@ -21,15 +21,13 @@ a Celery app (for this project's apps every hook returns at once).
 from __future__ import annotations
 
 import logging
+import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from worker_core.hookspecs import hookimpl
 from worker_core.redaction import redact_url
 from worker_core.stash import StashKey
-
-from . import execution
-from .app import CeleryApp
-from .request import CeleryRequest
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -72,8 +70,20 @@ SENDER = StashKey[CeleryWorker]()
 
 
 def _celery(worker: Worker) -> Celery | None:
+    """The Celery app the worker runs, if it runs one. Nothing of Celery is imported otherwise:
+    its adapter module is only there once the app loader adapted a Celery app."""
+    if f"{__package__}.app" not in sys.modules:
+        return None
+    from .app import CeleryApp
+
     app = worker.app
     return app.celery if isinstance(app, CeleryApp) else None
+
+
+def _execution() -> ModuleType | None:
+    """The executor's module in a process that runs a Celery app's tasks (see :func:`_celery`)."""
+    module = sys.modules.get(f"{__package__}.execution")
+    return module if module is not None and module.installed() is not None else None
 
 
 @hookimpl(tryfirst=True)
@@ -83,6 +93,9 @@ def worker_init(worker: Worker) -> None:
     celery = _celery(worker)
     if celery is None:
         return
+    from . import execution
+    from .app import CeleryApp
+
     assert isinstance(worker.app, CeleryApp)
     urls = ";".join(worker.plan.selection.broker_urls)
     if celery.conf.broker_url != urls:  # -b or WORKER_BROKER_URL: tasks publish there too
@@ -152,16 +165,19 @@ class MainProcessTaskSignals:
 
 
 def _context(request: Request, celery: Celery) -> Any:
+    from .request import CeleryRequest
+
     return request.context(celery) if isinstance(request, CeleryRequest) else None
 
 
 @hookimpl
 def worker_process_init(pid: int) -> None:
-    celery = execution.installed()
-    if celery is None:
+    execution = _execution()
+    if execution is None:
         return
     from celery import signals
 
+    celery = execution.installed()
     if execution.is_pool_process():
         from celery._state import _set_task_join_will_block
 
@@ -176,7 +192,8 @@ def worker_process_init(pid: int) -> None:
 
 @hookimpl
 def worker_process_shutdown(pid: int, exitcode: int) -> None:
-    if execution.installed() is None or not execution.is_pool_process():
+    execution = _execution()
+    if execution is None or not execution.is_pool_process():
         return
     from celery import signals
 
