@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from worker_core.hookspecs import hookimpl
-from worker_core.redaction import redact_url
+from worker_core.redaction import SecretFilter, redact_url
 from worker_core.stash import StashKey
 
 if TYPE_CHECKING:
@@ -88,11 +88,11 @@ def _execution() -> ModuleType | None:
 
 @hookimpl(tryfirst=True)
 def worker_init(worker: Worker) -> None:
-    from celery import signals
-
     celery = _celery(worker)
     if celery is None:
         return
+    from celery import signals
+
     from . import execution
     from .app import CeleryApp
 
@@ -123,7 +123,7 @@ def _setup_logging(celery: Celery, worker: Worker) -> bool:
     logger when ``worker_hijack_root_logger``, and ``after_setup_*``), keeping the worker's guard
     that hides secrets on every handler. True when a ``setup_logging`` receiver did it all."""
     root = logging.getLogger()
-    guards = [f for handler in root.handlers for f in handler.filters if type(f).__name__ == "SecretFilter"]
+    guards = [f for handler in root.handlers for f in handler.filters if isinstance(f, SecretFilter)]
     custom = bool(celery.log.setup(worker.options.loglevel, None, redirect_stdouts=False,
                                    hostname=worker.hostname))
     for handler in root.handlers:
