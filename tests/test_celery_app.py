@@ -333,3 +333,26 @@ def test_each_setting_of_the_celery_app_is_translated_or_listed_with_what_the_wo
     assert "worker_direct: not supported; no per-worker queue is consumed" in notes
     assert "worker_proc_alive_timeout: not supported" in notes
     assert app.tasks["celery.chord_unlock"].celery is celery.tasks["celery.chord_unlock"]
+
+
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_the_threads_and_solo_pools_run_celery_tasks_too(pool, workers, tmp_path):
+    require_server(REDIS_PORT, "Redis")
+    from apps.celery_proj.tasks import Boom
+
+    broker, results = empty_redis(redis_db(6)), empty_redis(redis_db(7))
+    log = tmp_path / "signals.log"
+    worker = workers.start("-c", "2", app="apps.celery_proj", pool=pool,
+                           env={"CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": results,
+                                "CELERY_PROJ_SIGNALS": str(log)})
+    app = client(broker, results)
+    try:
+        assert app.send_task(f"{PROJ}.add", (2, 2)).get(timeout=10) == 4
+        assert app.send_task(f"{PROJ}.flaky", (1,)).get(timeout=10) == 1
+        with pytest.raises(Boom):
+            app.send_task(f"{PROJ}.boom").get(timeout=10)
+    finally:
+        app.close()
+    inits = [line for line in lines(log) if line.endswith(" worker_process_init")]
+    # as Celery's pools: solo sends worker_process_init once, in the worker's process; threads never
+    assert inits == ([f"{worker.pid} worker_process_init"] if pool == "solo" else [])
