@@ -284,6 +284,7 @@ def test_the_atomic_store_writes_and_publishes_what_celerys_redis_backend_does_a
     listener = raw.pubsub()
     listener.subscribe("celery-task-meta-t1")
     listener.get_message(timeout=1)
+    raw.script_flush()  # the script is loaded when the server does not know it
     backend.store_result("t1", {"step": 1}, "PROGRESS")
     assert app.backend.get_task_meta("t1")["result"] == {"step": 1}
     backend.store_result("t1", 42, "SUCCESS")
