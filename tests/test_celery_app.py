@@ -357,3 +357,16 @@ def test_the_threads_and_solo_pools_run_celery_tasks_too(pool, workers, tmp_path
     inits = [line for line in lines(log) if line.endswith(" worker_process_init")]
     # as Celery's pools: solo sends worker_process_init once, in the worker's process; threads never
     assert inits == ([f"{worker.pid} worker_process_init"] if pool == "solo" else [])
+
+
+@pytest.mark.parametrize("spec", ["apps.celery_proj", "apps.celery_proj.celery",
+                                  "apps.celery_proj.celery:app"])
+def test_a_spec_names_the_celery_app_as_celerys_own_a_option_resolves_it(spec):
+    from apps.celery_proj.celery import app as celery
+    from worker_celery import CeleryApp
+
+    from worker_core.app.loader import load_app
+
+    app = load_app(spec)
+    assert isinstance(app, CeleryApp) and app.celery is celery and app.spec == spec
+    assert f"{PROJ}.add" in app.tasks and "celery.chord_unlock" in app.tasks
