@@ -370,3 +370,16 @@ def test_a_spec_names_the_celery_app_as_celerys_own_a_option_resolves_it(spec):
     app = load_app(spec)
     assert isinstance(app, CeleryApp) and app.celery is celery and app.spec == spec
     assert f"{PROJ}.add" in app.tasks and "celery.chord_unlock" in app.tasks
+
+
+def test_the_celery_apps_backend_honours_the_result_backend_contract():
+    """The worker's own stores (revoked, refused, a lost process) and reads (workerctl call
+    --wait) through a Celery app's backend keep the slot's contract, in Celery's format."""
+    require_server(REDIS_PORT, "Redis")
+    from worker_celery import CeleryLoader, CeleryResultBackend
+
+    from worker_core.testing import result_backend_contract
+
+    empty_redis(redis_db(7))
+    assert CeleryLoader.load("apps.celery_results") is not None
+    result_backend_contract.run_all(CeleryResultBackend, "celery://apps.celery_results")
