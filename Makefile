@@ -1,6 +1,6 @@
 # Set-up commands for a fresh machine. Each creates the virtualenv it needs.
 #   make demo   run a worker on the embedded transport (no server) and watch tasks complete
-#   make test   run the whole test suite (needs Redis and RabbitMQ on localhost)
+#   make test   run the whole test suite (needs Redis, RabbitMQ and PostgreSQL on localhost)
 #   make bench  every benchmark in bench/, side by side with Celery (and Dramatiq on RabbitMQ)
 
 PYTHON ?= python3
