@@ -125,7 +125,7 @@ def test_the_hook_specs_are_pinned() -> None:
         "task_revoked", "task_started", "task_succeeded", "task_success", "worker_bootsteps",
         "worker_control_commands", "worker_init", "worker_options", "worker_process_init",
         "worker_process_shutdown", "worker_ready", "worker_shutdown", "worker_shutting_down",
-        "worker_validate_options",
+        "worker_stopped", "worker_validate_options",
     ])
     assert set(specs) == hookspecs.OBSERVER_HOOKS | hookspecs.CONTRIBUTION_HOOKS
 

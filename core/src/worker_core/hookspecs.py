@@ -210,6 +210,19 @@ def worker_shutdown(worker: Worker, how: str) -> None:
 
 
 @hookspec
+def worker_stopped(worker: Worker, how: str) -> None:
+    """Every step has stopped: the consumer, the pool (its processes have ended) and the timer;
+    the worker's process exits next. Main process, main thread. Called only when
+    :func:`worker_shutdown` was (the worker had started).
+
+    :param worker: the worker (its steps stopped)
+    :param how: ``"warm"`` or ``"cold"``, as for :func:`worker_shutdown`
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
+
+
+@hookspec
 def worker_process_init(pid: int) -> None:
     """An executor is about to take its first job: open per-process resources here (database
     connections, tracer providers).
@@ -487,7 +500,7 @@ def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
 #: hooks whose implementations are isolated from one another (see the module's docstring)
 OBSERVER_HOOKS = frozenset({
     "worker_init", "worker_ready", "worker_shutting_down", "heartbeat_sent", "worker_shutdown",
-    "worker_process_init", "worker_process_shutdown",
+    "worker_stopped", "worker_process_init", "worker_process_shutdown",
     "task_received", "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected",
     "task_revoked", "task_prerun", "task_postrun", "task_success", "task_failure", "task_retry",
     "before_task_publish", "after_task_publish",

@@ -99,13 +99,16 @@ class Worker:
 
     def shutdown(self) -> None:
         how = "cold" if self.terminating else "warm"
-        if self.blueprint.started:
+        started = bool(self.blueprint.started)
+        if started:
             self.notify("worker_shutdown", worker=self, how=how)
         if self.terminating:
             self.blueprint.terminate(self)
         else:
             self.blueprint.stop(self)
         self.save_state()
+        if started:
+            self.notify("worker_stopped", worker=self, how=how)
 
     def save_state(self) -> None:
         """Write the revoked ids to ``--statedb``, if given (after each revoke and at shutdown)."""

@@ -13,7 +13,7 @@ a Celery app (for this project's apps every hook returns at once).
 | ``worker_ready`` | once the consumer takes messages |
 | ``heartbeat_sent`` | after each worker event (online, heartbeat, offline) |
 | ``worker_shutting_down`` | when a warm or cold stop is asked for |
-| ``worker_shutdown`` | once the running tasks are done, before the pool's processes stop |
+| ``worker_shutdown`` | once every step has stopped (the pool's processes have ended) |
 | ``task_received``, ``task_revoked`` | in the main process, as a message becomes a request and
   when a task will not run (while someone is connected to them at start) |
 """
@@ -228,8 +228,8 @@ def worker_shutting_down(worker: Worker, how: str) -> None:
     signals.worker_shutting_down.send(sender=worker.hostname, sig=None, how=how.capitalize(), exitcode=0)
 
 
-@hookimpl(trylast=True)
-def worker_shutdown(worker: Worker, how: str) -> None:
+@hookimpl
+def worker_stopped(worker: Worker, how: str) -> None:
     if _celery(worker) is None:
         return
     from celery import signals
