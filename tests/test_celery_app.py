@@ -86,6 +86,16 @@ def test_a_failure_is_stored_as_celery_stores_it_and_raised_in_the_client(proj):
     proj.wait_log(f"Task {PROJ}.boom[{result.id}] raised unexpected: Boom('kaput')")
 
 
+def test_an_unknown_task_is_refused_and_its_result_failed_through_celerys_backend(proj):
+    from celery.exceptions import NotRegistered
+
+    app = client()
+    result = app.send_task(f"{PROJ}.no_such_task", (1,))
+    with pytest.raises(NotRegistered):
+        result.get(timeout=10)
+    proj.wait_log(f"Rejected message '{PROJ}.no_such_task'")
+
+
 def test_retries_autoretry_and_update_state_go_through_celerys_task(proj):
     app = client()
     assert app.send_task(f"{PROJ}.flaky", (2,)).get(timeout=10) == 2
