@@ -393,4 +393,8 @@ def test_the_celery_apps_backend_honours_the_result_backend_contract():
 
     empty_redis(redis_db(7))
     assert CeleryLoader.load("apps.celery_results") is not None
-    result_backend_contract.run_all(CeleryResultBackend, "celery://apps.celery_results")
+    # every check but the one that gives the backend other result_serializer settings: the Celery
+    # app's own configuration chooses its serializers, not the worker's settings
+    checks = [result_backend_contract.check_name(check) for check in result_backend_contract.CHECKS
+              if check.__name__ != "check_results_are_stored_in_each_result_serializer"]
+    result_backend_contract.run_all(CeleryResultBackend, "celery://apps.celery_results", only=checks)

@@ -10,7 +10,7 @@ from worker_core.app.base import App
 
 from .request import CeleryRequest
 from .settings import translate, unsupported
-from .tasks import views_of
+from .tasks import register_views
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -46,7 +46,7 @@ class CeleryApp(App):
                 f"used: the Celery app's own backend stores the results; set result_backend in its "
                 f"configuration")
             self.conf.update(result_backend=own)
-        self.tasks.update(views_of(self, dict(celery.tasks)))
+        register_views(self, dict(celery.tasks))
 
     def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:
         """The queues: every queue of ``task_queues`` (by name) when the app lists them, as

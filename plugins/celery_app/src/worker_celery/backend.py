@@ -55,7 +55,10 @@ class CeleryResultBackend:
         return self.celery.backend
 
     def store_result(self, task_id: str, result: Any, state: str, traceback: str | None = None,
-                     request: Mapping[str, Any] | None = None) -> None:
+                     request: Mapping[str, Any] | None = None, serializer: str | None = None) -> None:
+        """Store through the Celery app's backend, in its own ``result_serializer``: the states
+        the worker decides itself (a Celery task's own serializer is its tracer's business,
+        and the worker passes none for a Celery app's tasks)."""
         from celery.app.task import Context
 
         backend = self.backend
