@@ -1,6 +1,7 @@
 """This project's client sends canvases to a real Celery worker, on Redis and on RabbitMQ (results
 in Redis), and gets what Celery's own client gets for the same canvases: values, result parents,
-children, errbacks, and group results saved by one client and restored by the other."""
+children, errbacks, and group results saved by one client and restored by the other. The same
+Celery app runs under ``workerctl worker`` too (worker-celery), with the same results."""
 
 from __future__ import annotations
 
@@ -33,11 +34,16 @@ def queue(broker, workers):
     delete_queue(broker, name)
 
 
-@pytest.fixture
-def celery_worker(workers, broker, queue):
-    """A Celery worker on the test's queue, sending the next steps of workflows there too."""
-    return workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL,
-                                env={"CELERY_DEFAULT_QUEUE": queue})
+@pytest.fixture(params=["celery worker", "workerctl worker"])
+def celery_worker(request, workers, broker, queue):
+    """The Celery app apps.celery_basic on the test's queue, sending the next steps of workflows
+    there too: under Celery's worker, and unchanged under this worker (worker-celery runs each
+    task through Celery's tracer, which sends what follows it)."""
+    env = {"CELERY_DEFAULT_QUEUE": queue}
+    if request.param == "celery worker":
+        return workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL, env=env)
+    return workers.start("-Q", queue, "-c", "2", app="apps.celery_basic", pool="prefork",
+                         env={**env, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": REDIS_TEST_URL})
 
 
 def _tasks(tasks):
