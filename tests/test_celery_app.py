@@ -311,6 +311,58 @@ def test_the_atomic_store_writes_and_publishes_what_celerys_redis_backend_does_a
     assert atomic_backend_for(Celery("other", backend="rpc://")) is None
 
 
+def test_the_atomic_store_writes_the_same_meta_as_celerys_redis_backend():
+    require_server(REDIS_PORT, "Redis")
+    import json
+
+    import redis
+    from celery import Celery
+    from celery.app.task import Context
+    from worker_celery.results import atomic_backend_for
+
+    url = empty_redis(redis_db(6))
+    app = Celery("atomic-same", backend=url)
+    app.conf.update(result_extended=True, result_expires=600)
+    request = Context({"id": "x", "task": "proj.add", "args": [1, 2], "kwargs": {"k": "v"}, "hostname": "w@h",
+               "retries": 2, "delivery_info": {"routing_key": "q"}, "group": "g1", "parent_id": "p1"})
+    app.backend.store_result("by-celery", {"n": [1, 2.5, None]}, "SUCCESS", request=request)
+    atomic_backend_for(app).store_result("by-atomic", {"n": [1, 2.5, None]}, "SUCCESS", request=request)
+    raw = redis.Redis.from_url(url)
+    stored = [json.loads(raw.get(f"celery-task-meta-{key}")) for key in ("by-celery", "by-atomic")]
+    ttls = [raw.ttl(f"celery-task-meta-{key}") for key in ("by-celery", "by-atomic")]
+    raw.close()
+    for meta in stored:
+        meta.pop("date_done"), meta.pop("task_id")
+    assert stored[0] == stored[1]
+    assert stored[0]["name"] == "proj.add" and stored[0]["group_id"] == "g1"
+    assert all(590 < ttl <= 600 for ttl in ttls)
+
+
+def test_the_atomic_store_is_off_on_the_libraries_own_paths_and_when_celery_changed(monkeypatch, caplog):
+    from celery import Celery
+    from celery.backends.base import BaseKeyValueStoreBackend
+    from worker_celery import results
+
+    app = Celery("atomic-off", backend=redis_db(6))
+    monkeypatch.setenv("WORKER_STOCK_KOMBU", "1")
+    results.forget()
+    assert results.atomic_backend_for(app) is None
+    monkeypatch.delenv("WORKER_STOCK_KOMBU")
+
+    def changed(self, task_id, result, state, traceback=None, request=None, replace=False, **kwargs):
+        return result
+
+    monkeypatch.setattr(BaseKeyValueStoreBackend, "_store_result", changed)
+    results.forget()
+    with caplog.at_level("WARNING", logger=results.logger.name):
+        assert results.atomic_backend_for(app) is None
+    assert "the one-round-trip result store is off" in caplog.text
+    assert "_store_result takes" in caplog.text and "two round trips" in caplog.text
+    monkeypatch.undo()
+    results.forget()
+    assert results.atomic_backend_for(app) is not None
+
+
 class Boom(Exception):
     pass
 

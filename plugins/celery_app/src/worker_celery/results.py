@@ -8,25 +8,61 @@ the write and the publish in one Lua script: the same keys and values, the same 
 waiting clients, the check and the write now atomic. It serves the app's tasks in the worker's
 processes (as ``task.backend``, Celery's own way of giving a task a backend) when the app's
 backend is Celery's Redis backend itself and its results are JSON; any other backend is used as
-it is.
+it is. It relies on Celery's backend internals, so it is a fast path
+(:mod:`worker_core.fastpaths`): checked against the Celery versions it was tested with and the
+names it relies on before its first use, turned off with one log line when they changed (or with
+``WORKER_STOCK_KOMBU=1``), Celery's own store running instead.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+import celery as _celery_package
 from celery import states
+from celery.backends.base import BaseKeyValueStoreBackend
 from celery.backends.redis import RedisBackend
 from celery.exceptions import BackendStoreError
 from kombu.utils.encoding import bytes_to_str
 from redis.exceptions import NoScriptError
 
+from worker_core.fastpaths import FastPath, FastPaths, Library, attribute, reads, signature
+
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["AtomicRedisBackend", "atomic_backend_for"]
+__all__ = ["PATHS", "AtomicRedisBackend", "atomic_backend_for", "current", "forget"]
+
+logger = logging.getLogger(__name__)
+
+CELERY = Library(_celery_package, "celery", (5, 5), (5, 8))
+
+#: the store replaced and what it does, as this module does it
+PATHS = {
+    "store": FastPath(
+        "the one-round-trip result store", "Celery's Redis backend stores each state itself (a read, "
+        "then the write and the publish)", (CELERY,), (
+            signature(BaseKeyValueStoreBackend, "_store_result",
+                      "(self, task_id, result, state, traceback=None, request=None, **kwargs)"),
+            reads(BaseKeyValueStoreBackend, "_store_result", "_get_result_meta", "_get_task_meta_for",
+                  "_set_with_state", "get_key_for_task", "encode", "SUCCESS"),
+            signature(RedisBackend, "_get_result_meta",
+                      "(self, result, state, traceback, request, format_date=True, encode=False)"),
+            reads(RedisBackend, "_set_with_state", "failure_expires", "FAILURE", "set"),
+            reads(RedisBackend, "set", "_MAX_STR_VALUE_SIZE", "ensure", "_set"),
+            reads(RedisBackend, "_set", "expires", "setex", "publish"),
+            attribute(RedisBackend, "_MAX_STR_VALUE_SIZE"),
+        ), still="results are stored as Celery stores them, in two round trips"),
+}
+
+_fast_paths = FastPaths(PATHS, "worker-celery", logger)
+#: whether the fast path is on in this process: decided at the first call, said once in the log
+current = _fast_paths.current
+#: decide again at the next :func:`current`
+forget = _fast_paths.forget
 
 #: KEYS[1] the task's key; ARGV[1] the encoded meta, ARGV[2] seconds to keep it (0: for ever)
 STORE_UNLESS_SUCCESS = """
@@ -97,8 +133,8 @@ class AtomicRedisBackend(RedisBackend):  # type: ignore[misc]
 
 def atomic_backend_for(app: Celery) -> AtomicRedisBackend | None:
     """The one-round-trip store for ``app``'s results, or None when its backend is not Celery's
-    Redis backend with JSON results (used as it is then)."""
+    Redis backend with JSON results, or the fast path is off (the backend is used as it is)."""
     backend = app.backend
-    if type(backend) is not RedisBackend or backend.serializer != "json":
+    if type(backend) is not RedisBackend or backend.serializer != "json" or "store" not in current():
         return None
     return AtomicRedisBackend(app=app, url=backend.url)
