@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, overload
 
 from ..exceptions import ConfigurationError, NotRegistered
 from ..hookspecs import hookimpl
-from ..options import did_you_mean, parse_brokers, scheme_of
+from ..options import did_you_mean, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
 from ..selection import default_result_url
 from ..slots import ResultBackend
 from . import sending
-from .broker import connect_for_publishing, task_queue
+from .broker import broker_urls, connect_for_publishing, task_queue
 from .context import current_context
 from .result import AsyncResult
 from .settings import Settings, check_names, from_object, settings_from
@@ -141,9 +141,7 @@ class App:
 
     @property
     def broker_urls(self) -> tuple[str, ...]:
-        from ..selection import DEFAULT_BROKER
-
-        return parse_brokers(self.settings.broker_url) if self.settings.broker_url else (DEFAULT_BROKER,)
+        return broker_urls(self.settings)
 
     @property
     def plugins(self) -> PluginManager:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import kombu
 
-from ..options import scheme_of
+from ..options import parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
 from .settings import Settings
 
@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
     from .base import App
 
-__all__ = ["connect_for_publishing", "connection_for", "task_queue", "transport_for"]
+__all__ = ["broker_urls", "connect", "connect_for_publishing", "connection_for", "task_queue",
+           "transport_for"]
 
 
 def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Any:
@@ -42,18 +43,32 @@ def _failover(plugins: PluginManager, name: str) -> Any:
     return lambda urls: iter(strategy(list(urls)))
 
 
-def connect_for_publishing(app: App) -> tuple[Connection, Producer]:
-    """A connection and producer for this thread, failing over between the broker URLs."""
-    urls: Sequence[str] = app.broker_urls
-    settings = app.settings
-    transport = transport_for(app.plugins, urls[0], settings)
+def broker_urls(settings: Settings) -> tuple[str, ...]:
+    """The broker URLs the settings name (``broker_url``, ``;``-separated for failover), else the
+    embedded transport's."""
+    from ..selection import DEFAULT_BROKER
+
+    return parse_brokers(settings.broker_url) if settings.broker_url else (DEFAULT_BROKER,)
+
+
+def connect(plugins: PluginManager, urls: Sequence[str], settings: Settings, **extra: Any) -> Connection:
+    """A (not yet connected) kombu connection to the brokers ``urls`` through the first one's
+    transport plugin, failing over between them with the ``broker_failover_strategy``;
+    ``extra`` overrides the transport's connection options."""
+    transport = transport_for(plugins, urls[0], settings)
     options = dict(transport.connection_options())
     options.setdefault("connect_timeout", settings.broker_connection_timeout)
     if len(urls) > 1:
-        options["failover_strategy"] = _failover(app.plugins, settings.broker_failover_strategy)
-    connection = kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
+        options["failover_strategy"] = _failover(plugins, settings.broker_failover_strategy)
+    options.update(extra)
+    return kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
         ";".join(urls), transport=transport.kombu_transport(), **options
     )
+
+
+def connect_for_publishing(app: App) -> tuple[Connection, Producer]:
+    """A connection and producer for this thread, failing over between the broker URLs."""
+    connection = connect(app.plugins, app.broker_urls, app.settings)
     return connection, kombu.Producer(connection)  # type: ignore[attr-defined,no-untyped-call]
 
 
