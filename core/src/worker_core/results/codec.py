@@ -73,6 +73,16 @@ class ResultCodec:
         _, _, payload = kombu_dumps(meta, serializer=name)
         return payload  # type: ignore[no-any-return]
 
+    def encode_message(self, meta: dict[str, Any],
+                       serializer: str | None = None) -> tuple[str | bytes, str, str]:
+        """``meta`` as the body of a message, with the content type and encoding that name its
+        format: ``(body, content_type, content_encoding)``."""
+        name = serializer or self.serializer
+        if name == "json":
+            return json_dumps(meta), JSON, "utf-8"
+        content_type, encoding, payload = kombu_dumps(meta, serializer=name)
+        return payload, content_type, encoding
+
     # -- reading ---------------------------------------------------------------------------------
 
     def decode(self, payload: bytes | str, what: str) -> dict[str, Any]:
@@ -96,6 +106,40 @@ class ResultCodec:
                                     f"not a mapping")
         return meta
 
+    def decode_message(self, body: bytes | str, content_type: str | None, content_encoding: str | None,
+                       what: str) -> dict[str, Any]:
+        """The meta a message carries in the format its ``content_type`` names (a message says
+        its format: nothing is guessed); ``what`` names it in errors.
+
+        :raise ResultDecodeError: the format is not accepted, or the body is not a meta.
+        """
+        content_type = content_type or JSON
+        if content_type != JSON and content_type not in self.accept:
+            name = _BY_TYPE.get(content_type, content_type)
+            raise ResultDecodeError(self._refusal(name, what, "is sent in"))
+        try:
+            if content_type == JSON:
+                meta = json_loads(body)
+            else:
+                meta = kombu_loads(body, content_type, content_encoding or "binary", accept=self.accept)
+        except Exception as exc:
+            raise ResultDecodeError(
+                f"{what} cannot be read as {_BY_TYPE.get(content_type, content_type)}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
+        if not isinstance(meta, dict):
+            raise ResultDecodeError(f"{what} is not Celery's format: it holds a {type(meta).__name__}, "
+                                    f"not a mapping")
+        return meta
+
+    def _refusal(self, name: str, what: str, verb: str = "is stored in") -> str:
+        accepted = ", ".join(sorted(_BY_TYPE.get(item, item) for item in self.accept))
+        advice = ("reading pickle runs the code it holds: add 'pickle' to result_accept_content only "
+                  "when no one else can write to the result backend" if name == "pickle"
+                  else f"add {name!r} to the result_accept_content setting to read it")
+        return (f"{what} {verb} {name}, which this app does not accept for results "
+                f"(accepted: {accepted}); {advice}")
+
     def _format(self, payload: bytes | str, what: str) -> tuple[str, str]:
         if not payload:
             raise ResultDecodeError(f"{what} is empty")
@@ -115,12 +159,7 @@ class ResultCodec:
             name = "yaml"
         content_type, encoding = BUILTIN[name]
         if content_type not in self.accept:
-            accepted = ", ".join(sorted(_BY_TYPE.get(item, item) for item in self.accept))
-            advice = ("reading pickle runs the code it holds: add 'pickle' to result_accept_content only "
-                      "when no one else can write to the result backend" if name == "pickle"
-                      else f"add {name!r} to the result_accept_content setting to read it")
-            raise ResultDecodeError(f"{what} is stored in {name}, which this app does not accept for results "
-                                    f"(accepted: {accepted}); {advice}")
+            raise ResultDecodeError(self._refusal(name, what))
         return content_type, encoding
 
     def _custom_format(self, name: str) -> tuple[str, str]:
