@@ -96,6 +96,7 @@ def _instances(tmp_path: Path) -> dict[tuple[str, str], Any]:
     from worker_core.loops.sync import SyncLoop
     from worker_core.results.disabled import DisabledBackend
     from worker_core.results.embedded import EmbeddedBackend
+    from worker_core.results.rpc.backend import RPCBackend
     from worker_pool_prefork import PreforkPool
     from worker_pool_threads import ThreadPool
     from worker_transport_amqp.transport import AmqpTransport
@@ -127,6 +128,7 @@ def _instances(tmp_path: Path) -> dict[tuple[str, str], Any]:
         ("result_backend", "redis"): RedisBackend(redis_db(7), settings),
         ("result_backend", "sentinel"): RedisBackend("sentinel://127.0.0.1:26379", sentinel),
         ("result_backend", "disabled"): DisabledBackend("disabled", settings),
+        ("result_backend", "rpc"): RPCBackend("rpc://", settings),
     }
 
 

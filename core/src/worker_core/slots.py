@@ -13,7 +13,7 @@ when it loads the class, naming each missing member. Everything optional is a sm
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
 :class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
-:class:`SavesGroups`, :class:`JoinsChords`): a plugin offers
+:class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -55,6 +55,7 @@ __all__ = [
     "Pool",
     "PoolFactory",
     "PoolOptions",
+    "RepliesToSender",
     "ResultBackend",
     "SavesGroups",
     "SharesOneQueue",
@@ -514,7 +515,7 @@ class ResultBackend(Protocol):
     ``TimeoutError``) once ``timeout`` passes, saying which task and its last state.
 
     **Optional capabilities**: :class:`SuccessIsFinal`, :class:`DiscardsResults`,
-    :class:`SavesGroups`, :class:`JoinsChords`.
+    :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`.
 
     The contract suite in :mod:`worker_core.testing.result_backend_contract` checks all of this.
     """
@@ -537,8 +538,9 @@ class ResultBackend(Protocol):
 
         ``state`` is one of Celery's states (STARTED, RETRY, SUCCESS, FAILURE, REVOKED, ...) or
         a state of the task's own (``update_state(state="PROGRESS")``).
-        ``request`` is ``None`` (a revoke), ``{"task": name}`` (a refused message) or, for a task
-        that ran, its message fields by name: ``task``, ``id``, ``args``, ``kwargs``, ``retries``,
+        ``request`` is ``None`` (a revoke), ``{"task": name}`` (a refused message, with its
+        ``reply_to`` and ``correlation_id`` properties when it has them) or, for a task that
+        ran, its message fields by name: ``task``, ``id``, ``args``, ``kwargs``, ``retries``,
         ``eta``, ``expires``, ``timelimit``, ``root_id``, ``parent_id``, ``group``,
         ``group_index``, ``origin``, ``hostname``, ``reply_to``, ``correlation_id``,
         ``delivery_info``, ``ignore_result``, ``shadow`` and ``headers``
@@ -652,6 +654,41 @@ class JoinsChords(Protocol):
         new count (sending a frozen chord again reuses its group id)."""
 
 
+@runtime_checkable
+class RepliesToSender(Protocol):
+    """A result backend that keeps nothing itself but sends each state of a task as a message to
+    the client that sent the task, on the queue the task's message names in ``reply_to``, as
+    Celery's ``rpc://`` backend does: one client reads its own results.
+
+    **Client side.** Each thread of each process is one client: :meth:`reply_to` names its
+    reply queue, and the app puts that name in the ``reply_to`` of every task message it sends
+    (as ``thread_oid``, which Celery's client puts there). :meth:`~ResultBackend.on_task_call`
+    declares the queue before a task is sent, so no state is lost; what arrives for tasks not
+    yet asked about is kept until they are. :meth:`~ResultBackend.get_task_meta` and
+    :meth:`~ResultBackend.wait_for` read only this thread's queue: a task another client (a
+    thread, a process) sent reads PENDING here, and waiting for it ends in ``ResultTimeout``.
+    :meth:`~ResultBackend.forget` drops what this client received (nothing is stored anywhere
+    else). States arrive when the broker delivers them, so a read just after a store may still
+    see the state before it.
+
+    **Worker side.** :meth:`~ResultBackend.store_result` publishes to the ``reply_to`` of the
+    ``request`` it is given, with its ``correlation_id``; a request without one (a revoke with
+    no message, a task sent by a client that does not ask for replies) sends nothing. So the
+    worker passes a refused message's ``reply_to`` and ``correlation_id`` with its task name,
+    and does not look up or store states of tasks it has no message for.
+
+    **Canvas.** Such a backend cannot save groups, and a chord is refused before anything is
+    sent, as in Celery: the header's results go to the client, so no worker can join them.
+
+    The contract suite checks these backends with each result sent to the reading client's
+    queue, waiting for states to arrive, and for what only the sending client can read.
+    """
+
+    def reply_to(self) -> str:
+        """The name of the queue the calling thread receives its results on (the same name for
+        the thread's whole life in this process; another one in a forked child)."""
+
+
 # ---------------------------------------------------------------------------------------------
 # App loader
 # ---------------------------------------------------------------------------------------------
@@ -725,6 +762,6 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "loop": (),
     "autoscaler": (),
     "failover": (),
-    "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords),
+    "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords, RepliesToSender),
     "app_loader": (),
 }

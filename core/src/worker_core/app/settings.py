@@ -157,6 +157,9 @@ class Settings:
     result_expires: float | None = attrs.field(default=86400.0,
                                                validator=_check(NUMBER, optional=True, minimum=0))
     result_extended: bool = attrs.field(default=False, validator=_check(bool))
+    #: ``rpc://``: send results as persistent messages (delivery mode 2), which survive a broker
+    #: restart; None or False: transient (delivery mode 1), as Celery sends them by default
+    result_persistent: bool | None = attrs.field(default=None, validator=_check(bool, optional=True))
     #: seconds a chord's join state (its size, its header) is kept in the result backend; None:
     #: ``result_expires``
     result_chord_expires: float | None = attrs.field(default=None,
