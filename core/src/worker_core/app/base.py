@@ -15,14 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
 
-from ..exceptions import ConfigurationError, NotRegistered
+from ..exceptions import ConfigurationError, NotRegistered, PluginError
 from ..hookspecs import hookimpl
 from ..options import did_you_mean, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
 from ..selection import default_result_url
-from ..slots import ResultBackend
+from ..slots import RepliesToSender, ResultBackend
 from . import sending
 from .broker import broker_urls, connect_for_publishing, task_queue
 from .context import current_context
@@ -117,6 +117,8 @@ class App:
         self._hook_plugins: dict[str, object] = {}
         self._backend: ResultBackend | None = None
         self._backend_pid = 0
+        #: whether the backend replies to the sender (rpc://): decided on first use
+        self._replies: bool | None = None
         self._group_result: type[_GroupResult] | None = None
         self._local = threading.local()
         self._signer: SignedSerializer | None = None
@@ -299,13 +301,35 @@ class App:
 
     @property
     def thread_oid(self) -> str:
-        """This thread's id as a client of this app: the ``reply_to`` of the tasks it freezes, as
-        Celery names its clients (only an RPC result backend reads it)."""
+        """This thread's id as a client of this app, as Celery names its clients: the
+        ``reply_to`` of the tasks it freezes, and of every task it sends when its result backend
+        replies to the sender (``rpc://``: then it names the queue this thread's results come
+        back on)."""
         state = self._local
         oid: str | None = getattr(state, "oid", None)
         if oid is None:
-            oid = state.oid = str(uuid.uuid4())
+            if self._replies_to_sender():
+                backend = self.backend
+                assert isinstance(backend, RepliesToSender)
+                oid = backend.reply_to()
+            else:
+                oid = str(uuid.uuid4())
+            state.oid = oid
         return oid
+
+    def _replies_to_sender(self) -> bool:
+        """Whether the result backend sends results to the client named in each task's
+        ``reply_to`` (:class:`~worker_core.slots.RepliesToSender`), decided once per settings."""
+        replies = self._replies
+        if replies is None:
+            try:
+                backend_class = self.plugins.slot("result_backend", scheme_of(self.result_url()))
+            except PluginError:
+                replies = False  # reading a result raises what is wrong with the backend
+            else:
+                replies = isinstance(backend_class, RepliesToSender)
+            self._replies = replies
+        return replies
 
     # -- sending ---------------------------------------------------------------------------------
 
@@ -369,12 +393,15 @@ class App:
             parent_id = parent_id or current.id
             root_id = root_id or current.root_id
         ignore = self.settings.task_ignore_result if ignore_result is None else ignore_result
+        replies = self._replies
+        if replies is None:
+            replies = self._replies_to_sender()
         if not options:  # a plain task: the hot path, nothing more than it always did
             message = task_message(
                 name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
                 retries=retries, time_limit=time_limit, soft_time_limit=soft_time_limit,
                 root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
-                ignore_result=ignore,
+                ignore_result=ignore, reply_to=self.thread_oid if replies else None,
             )
             queue_name = self.route(name, queue)
         else:
@@ -518,6 +545,7 @@ class App:
                 pass
         self._local = threading.local()
         self._backend = None
+        self._replies = None
         self._signer = None  # the settings may name other files now
 
     def close(self) -> None:

@@ -409,6 +409,8 @@ class Task:
         if headers:
             options["headers"] = headers
         options.setdefault("shadow", request.shadow)
+        if request.reply_to:  # the client waiting for it (rpc://) gets what the retry ends in
+            options.setdefault("reply_to", request.reply_to)
         try:
             self.app.send_task(
                 self.name,
