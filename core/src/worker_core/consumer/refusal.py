@@ -86,8 +86,16 @@ def _fail_result(consumer: Consumer, message: Any, error: BaseException) -> None
     backend = consumer.app.backend
     if isinstance(backend, DiscardsResults) and backend.discards_results:
         return
+    request: dict[str, Any] = {"task": name}
+    properties = getattr(message, "properties", None)
+    if isinstance(properties, Mapping):
+        # where a result backend replying to the sender (rpc://) sends the failure, as Celery's worker
+        for key in ("reply_to", "correlation_id"):
+            value = _text(properties.get(key))
+            if value:
+                request[key] = value
     try:
-        backend.store_result(task_id, encode_exception(error), FAILURE, None, {"task": name})
+        backend.store_result(task_id, encode_exception(error), FAILURE, None, request)
     except Exception as exc:
         logger.error("Could not store the failure of refused message %s: %s: %s",
                      describe_message(message), type(exc).__name__, exc)

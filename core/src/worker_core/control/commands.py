@@ -23,7 +23,7 @@ from ..options import did_you_mean
 from ..rates import parse_rate
 from ..redaction import redact_value
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
-from ..slots import DiscardsResults
+from ..slots import DiscardsResults, RepliesToSender
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -280,9 +280,12 @@ def revoke(worker: Worker, task_id: Any = None, terminate: bool = False, signal:
 
 def _mark_revoked(worker: Worker, ids: list[str]) -> None:
     """Store REVOKED for tasks this worker does not hold, unless they already have a result or
-    another state set by whoever runs them (as Celery does), so their clients stop waiting."""
+    another state set by whoever runs them (as Celery does), so their clients stop waiting. A
+    backend replying to the sender (rpc://) can neither read their states nor reach their
+    clients without their messages: the worker that gets a message sends its REVOKED then."""
     backend = worker.app.backend
-    if not ids or (isinstance(backend, DiscardsResults) and backend.discards_results):
+    if not ids or (isinstance(backend, DiscardsResults) and backend.discards_results) or isinstance(
+            backend, RepliesToSender):
         return
     for task_id in ids:
         try:
