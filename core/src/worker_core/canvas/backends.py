@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigurationError
 from ..redaction import redact_url
-from ..slots import JoinsChords, SavesGroups
+from ..slots import JoinsChords, RepliesToSender, SavesGroups
 
 if TYPE_CHECKING:
     from ..app.base import App
@@ -30,6 +30,13 @@ def require_chords(app: App) -> JoinsChords:
     backend = app.backend
     if isinstance(backend, JoinsChords):
         return backend
+    if isinstance(backend, RepliesToSender):
+        raise ConfigurationError(
+            f"the result backend {_describe(app)} does not support chords, as Celery's rpc backend does "
+            f"not: it sends each result to the client that sent the task, so no worker can join the "
+            f"header's results (a group piped into a task is a chord too). Use the Redis result backend, "
+            f"for example {_EXAMPLE} (worker-transport-redis)"
+        )
     raise ConfigurationError(
         f"a chord needs a result backend that joins the header's results and sends the body, and "
         f"the result backend {_describe(app)} cannot: use the Redis result backend, for example "
@@ -46,8 +53,10 @@ def require_groups(app: App) -> SavesGroups:
     backend = app.backend
     if isinstance(backend, SavesGroups):
         return backend
+    keeps = " (it keeps no results: it sends them to the client that sent the task)" if isinstance(
+        backend, RepliesToSender) else ""
     raise ConfigurationError(
         f"saving or restoring a group's result needs a result backend that keeps groups, and the "
-        f"result backend {_describe(app)} does not: use the embedded or the Redis result backend, "
-        f"for example {_EXAMPLE}"
+        f"result backend {_describe(app)} does not{keeps}: use the embedded or the Redis result "
+        f"backend, for example {_EXAMPLE}"
     )
