@@ -1,6 +1,7 @@
 """Every result backend honours the result backend contract against a real store (the embedded
-file, Redis database 7; ``disabled`` for what it promises), and the contract catches a backend
-that breaks a promise, naming it and the check."""
+file, Redis database 7; ``rpc://`` through RabbitMQ, Redis database 7 and the embedded file;
+``disabled`` for what it promises), and the contract catches a backend that breaks a promise,
+naming it and the check."""
 
 from __future__ import annotations
 
@@ -10,21 +11,23 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from conftest import empty_redis, redis_db
+from conftest import AMQP_TEST_URL, empty_redis, redis_db, require_server
 
 from worker_core.app.settings import Settings
 from worker_core.results.disabled import DisabledBackend
 from worker_core.results.embedded import EmbeddedBackend
 from worker_core.results.meta import PENDING, SUCCESS, pending_meta
+from worker_core.results.rpc.backend import RPCBackend
 from worker_core.slots import ResultBackend
 from worker_core.testing import result_backend_contract
 from worker_transport_redis.backend import RedisBackend
 
 REDIS_CONTRACT_URL = redis_db(7)
 
-BACKENDS = ["embedded", "redis", "disabled"]
+BACKENDS = ["embedded", "redis", "disabled", "rpc-amqp", "rpc-redis", "rpc-embedded"]
 CLASSES: dict[str, type[ResultBackend]] = {
     "embedded": EmbeddedBackend, "redis": RedisBackend, "disabled": DisabledBackend,
+    "rpc-amqp": RPCBackend, "rpc-redis": RPCBackend, "rpc-embedded": RPCBackend,
 }
 #: Each backend with every check that says something about it (``disabled`` has no round trips).
 CASES = [(name, check) for name in BACKENDS for check in result_backend_contract.CHECKS
@@ -43,7 +46,21 @@ def _url(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"embedded://{tmp_path}/results.db"
     if name == "redis":
         return str(request.getfixturevalue("redis_db"))
+    if name.startswith("rpc"):
+        return "rpc://"
     return "disabled"
+
+
+def _settings(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> Settings | None:
+    """The broker an ``rpc://`` backend sends results through."""
+    if name == "rpc-amqp":
+        require_server(5672, "RabbitMQ")
+        return Settings(broker_url=AMQP_TEST_URL)
+    if name == "rpc-redis":
+        return Settings(broker_url=str(request.getfixturevalue("redis_db")))
+    if name == "rpc-embedded":
+        return Settings(broker_url=f"embedded://{tmp_path}/queue.db")
+    return None
 
 
 @pytest.mark.parametrize(("backend", "check"), CASES,
@@ -51,7 +68,7 @@ def _url(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def test_result_backend_honours_the_result_backend_contract(
     backend: str, check: result_backend_contract.Check, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    check(CLASSES[backend], _url(backend, request, tmp_path))
+    check(CLASSES[backend], _url(backend, request, tmp_path), settings=_settings(backend, request, tmp_path))
 
 
 def test_the_disabled_backend_is_checked_only_for_what_it_promises() -> None:
@@ -134,6 +151,11 @@ def test_the_checks_of_a_capability_apply_only_to_backends_offering_it() -> None
     assert "a_chord_join_can_be_prepared_when_offered" not in names["embedded"]
     assert {"saved_groups_restore_as_saved_when_offered", "a_chord_join_can_be_prepared_when_offered"} <= set(
         names["redis"])
+    rpc = [result_backend_contract.check_name(check) for backend, check in CASES if backend == "rpc-amqp"]
+    assert "only_the_client_that_sent_a_task_reads_it_when_offered" in rpc
+    assert "only_the_client_that_sent_a_task_reads_it_when_offered" not in names["redis"]
+    assert not {"saved_groups_restore_as_saved_when_offered",
+                "a_chord_join_can_be_prepared_when_offered"} & set(rpc)
 
 
 def test_a_backend_ignoring_result_extended_is_caught(tmp_path: Path) -> None:
@@ -171,3 +193,18 @@ def test_a_backend_claiming_a_capability_with_the_wrong_type_is_caught(tmp_path:
 
     _fails(Vague, f"embedded://{tmp_path}/r.db", "the_class_satisfies_the_result_backend_protocol",
            "success_is_final must be a bool (got 'yes')")
+
+
+def test_an_rpc_backend_whose_threads_share_one_reply_queue_is_caught(redis_db: str) -> None:
+    class Shared(RPCBackend):
+        """Every thread reads the first thread's queue: each would take the others' results."""
+
+        def _client(self) -> Any:
+            if not hasattr(self, "_shared"):
+                self._shared = super()._client()
+            return self._shared
+
+    with pytest.raises(AssertionError) as caught:
+        result_backend_contract.run_all(Shared, "rpc://", settings=Settings(broker_url=redis_db),
+                                        only=["only_the_client_that_sent_a_task_reads_it_when_offered"])
+    assert "reply_to() gave the same name" in str(caught.value), caught.value

@@ -19,7 +19,11 @@ Each check raises ``AssertionError`` naming the backend and what it did wrong. A
 :class:`~worker_core.slots.DiscardsResults` is checked for that promise instead of the round trips;
 one that promises :class:`~worker_core.slots.SuccessIsFinal` is checked for it; one that
 :class:`~worker_core.slots.SavesGroups` or :class:`~worker_core.slots.JoinsChords` is checked for
-what those capabilities declare.
+what those capabilities declare. One that :class:`~worker_core.slots.RepliesToSender` (``rpc://``,
+given the broker in ``settings``) is checked as its clients use it: each state is stored with the
+``reply_to`` of the client that reads it (which declared its queue first, as before sending a
+task), a read waits for the state to arrive, and what only the sending client can read is
+checked too.
 
 One module, as every shipped suite: a third party imports one name and runs it.
 """
@@ -44,7 +48,7 @@ from ..app.settings import Settings
 from ..exceptions import BackendDisabled, ResultError, ResultTimeout
 from ..plugins.conformance import conformance_problem
 from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
-from ..slots import DiscardsResults, JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
+from ..slots import DiscardsResults, JoinsChords, RepliesToSender, ResultBackend, SavesGroups, SuccessIsFinal
 
 __all__ = ["CHECKS", "Check", "applies", "check_name", "full_request", "run_all"]
 
@@ -77,6 +81,10 @@ def _new_id() -> str:
 
 def _discards(backend: object) -> bool:
     return isinstance(backend, DiscardsResults) and backend.discards_results
+
+
+def _replies(backend: object) -> bool:
+    return isinstance(backend, RepliesToSender)
 
 
 def full_request(task_id: str, name: str = "contract.add") -> dict[str, Any]:
@@ -122,10 +130,45 @@ class _Store:
         self.group_ids.append(group_id)
         return group_id
 
-    def meta(self, task_id: str, backend: ResultBackend | None = None) -> Mapping[str, Any]:
-        meta = (backend or self.backend).get_task_meta(task_id)
+    def meta(self, task_id: str, backend: ResultBackend | None = None, *,
+             until: str | None = None) -> Mapping[str, Any]:
+        """What ``backend`` (the store's own by default) reads for ``task_id``; for a backend
+        replying to the sender, read again until the state ``until`` has arrived (or
+        ``WAIT_TIMEOUT`` passed)."""
+        reader = backend or self.backend
+        meta = reader.get_task_meta(task_id)
+        if until is not None and _replies(reader):
+            deadline = time.monotonic() + WAIT_TIMEOUT
+            while meta.get("status") != until and time.monotonic() < deadline:
+                time.sleep(0.01)
+                meta = reader.get_task_meta(task_id)
         _expect(isinstance(meta, Mapping), f"{self.label}.get_task_meta() returned {meta!r}, not a mapping")
         return meta
+
+    def asked(self, task_id: str, request: Mapping[str, Any] | None,
+              reader: ResultBackend | None = None) -> Mapping[str, Any] | None:
+        """The request a worker passes when the client ``reader`` (the store's own backend by
+        default) sent the task: for a backend replying to the sender, ``reader`` declares its
+        reply queue as before sending a task, and the request names it in ``reply_to``; others
+        get ``request`` as it is."""
+        reader = reader or self.backend
+        if not _replies(reader):
+            return request
+        assert isinstance(reader, RepliesToSender)
+        reader.on_task_call(task_id)
+        return {**(request or {}), "reply_to": reader.reply_to(), "correlation_id": task_id}
+
+    def settle(self, writer: ResultBackend | None = None, reader: ResultBackend | None = None) -> None:
+        """For a backend replying to the sender: wait until what ``writer`` sent ``reader`` so
+        far has arrived (a marker sent after it is read: one sender's states arrive in order);
+        nothing to wait for with others."""
+        reader = reader or self.backend
+        if not _replies(reader):
+            return
+        marker = self.new_id()
+        request = self.asked(marker, None, reader)
+        (writer or self.backend).store_result(marker, "marker", SUCCESS, None, request)
+        reader.wait_for(marker, timeout=WAIT_TIMEOUT, interval=0.05)
 
     def close(self) -> None:
         if not _discards(self.backend):
@@ -175,8 +218,9 @@ def _when_offered(capability: type) -> Callable[[Check], Check]:
     return mark
 
 
-def _store_later(backend: ResultBackend, task_id: str, value: Any) -> threading.Thread:
-    thread = threading.Timer(STORE_DELAY, backend.store_result, (task_id, value, SUCCESS, None, None))
+def _store_later(backend: ResultBackend, task_id: str, value: Any,
+                 request: Mapping[str, Any] | None = None) -> threading.Thread:
+    thread = threading.Timer(STORE_DELAY, backend.store_result, (task_id, value, SUCCESS, None, request))
     thread.start()
     return thread
 
@@ -187,11 +231,12 @@ def _wait(store: _Store, task_id: str) -> tuple[Mapping[str, Any], float]:
     return meta, time.monotonic() - began
 
 
-def _store_in_a_new_process(backend: type[ResultBackend], url: str, settings: Settings, task_id: str) -> None:
+def _store_in_a_new_process(backend: type[ResultBackend], url: str, settings: Settings, task_id: str,
+                            request: Mapping[str, Any] | None) -> None:
     """Run in a spawned process: build the backend afresh and store after a pause."""
     time.sleep(STORE_DELAY)
     instance = backend(url, settings)
-    instance.store_result(task_id, {"from": "another process"}, SUCCESS, None, None)
+    instance.store_result(task_id, {"from": "another process"}, SUCCESS, None, request)
     instance.close()
 
 
@@ -237,8 +282,8 @@ def check_a_success_is_stored_in_celerys_format(backend: type[ResultBackend], ur
         task_id = store.new_id()
         when = datetime(2024, 5, 17, 12, 30, tzinfo=timezone.utc)
         value = {"sum": 5, "items": [1, "two", None], "when": when, "id": uuid.UUID(int=7)}
-        store.backend.store_result(task_id, value, SUCCESS, None, full_request(task_id))
-        meta = store.meta(task_id)
+        store.backend.store_result(task_id, value, SUCCESS, None, store.asked(task_id, full_request(task_id)))
+        meta = store.meta(task_id, until=SUCCESS)
         for key in ("status", "result", "traceback", "children", "date_done", "task_id"):
             _expect(key in meta, f"{store.label} stored {dict(meta)!r} without Celery's key {key!r}")
         _expect(meta["status"] == SUCCESS and meta["task_id"] == task_id and meta["traceback"] is None
@@ -259,8 +304,8 @@ def check_exception_states_store_celerys_exception_encoding(backend: type[Result
         for state in (FAILURE, RETRY, REVOKED):
             task_id = store.new_id()
             store.backend.store_result(task_id, error, state, "Traceback (most recent call last): ...",
-                                       full_request(task_id))
-            meta = store.meta(task_id)
+                                       store.asked(task_id, full_request(task_id)))
+            meta = store.meta(task_id, until=state)
             _expect(meta.get("status") == state and meta.get("result") == error,
                     f"{store.label} stored {state} with {error!r} and read back {dict(meta)!r}")
             _expect(meta.get("traceback") == "Traceback (most recent call last): ...",
@@ -277,8 +322,9 @@ def check_a_later_state_replaces_an_earlier_one(backend: type[ResultBackend], ur
         task_id = store.new_id()
         for state, value in ((STARTED, {"pid": 1}), (RETRY, encode_exception(RuntimeError("again"))),
                              (FAILURE, encode_exception(RuntimeError("no")))):
-            store.backend.store_result(task_id, value, state, None, full_request(task_id))
-            meta = store.meta(task_id)
+            request = store.asked(task_id, full_request(task_id))
+            store.backend.store_result(task_id, value, state, None, request)
+            meta = store.meta(task_id, until=state)
             _expect(meta.get("status") == state and meta.get("result") == value,
                     f"{store.label}: after storing {state} the task reads {dict(meta)!r}")
 
@@ -293,9 +339,12 @@ def check_a_success_is_never_overwritten_when_promised(backend: type[ResultBacke
         return
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
-        store.backend.store_result(task_id, 42, SUCCESS, None, full_request(task_id))
+        store.backend.store_result(task_id, 42, SUCCESS, None, store.asked(task_id, full_request(task_id)))
+        store.meta(task_id, until=SUCCESS)
         for state in (FAILURE, RETRY, STARTED):
-            store.backend.store_result(task_id, encode_exception(RuntimeError("late")), state, None, None)
+            store.backend.store_result(task_id, encode_exception(RuntimeError("late")), state, None,
+                                       store.asked(task_id, None))
+            store.settle()
             meta = store.meta(task_id)
             _expect(meta.get("status") == SUCCESS and meta.get("result") == 42,
                     f"{store.label} promises success_is_final, yet a {state} stored after the SUCCESS left "
@@ -307,7 +356,7 @@ def check_wait_for_returns_when_another_thread_stores(backend: type[ResultBacken
                                                       settings: Settings | None = None) -> None:
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
-        writer = _store_later(store.build(), task_id, "from a thread")
+        writer = _store_later(store.build(), task_id, "from a thread", store.asked(task_id, None))
         try:
             meta, took = _wait(store, task_id)
         finally:
@@ -324,7 +373,8 @@ def check_wait_for_returns_when_another_process_stores(backend: type[ResultBacke
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
         writer = multiprocessing.get_context("spawn").Process(
-            target=_store_in_a_new_process, args=(backend, url, store.settings, task_id), daemon=True)
+            target=_store_in_a_new_process,
+            args=(backend, url, store.settings, task_id, store.asked(task_id, None)), daemon=True)
         writer.start()
         try:
             meta = store.backend.wait_for(task_id, timeout=WAIT_TIMEOUT + 20, interval=0.05)
@@ -341,7 +391,8 @@ def check_wait_for_raises_result_timeout_after_its_timeout(backend: type[ResultB
                                                            settings: Settings | None = None) -> None:
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
-        store.backend.store_result(task_id, None, STARTED, None, full_request(task_id))
+        store.backend.store_result(task_id, None, STARTED, None, store.asked(task_id, full_request(task_id)))
+        store.meta(task_id, until=STARTED)
         began = time.monotonic()
         try:
             meta = store.backend.wait_for(task_id, timeout=0.3, interval=0.05)
@@ -366,12 +417,12 @@ def check_on_task_call_then_wait_for(backend: type[ResultBackend], url: str, *,
         worker = store.build()
         early = store.new_id()
         store.backend.on_task_call(early)
-        worker.store_result(early, "early", SUCCESS, None, full_request(early))
+        worker.store_result(early, "early", SUCCESS, None, store.asked(early, full_request(early)))
         meta, _ = _wait(store, early)
         _expect(meta.get("result") == "early", f"{store.label}: stored before wait_for, read {dict(meta)!r}")
         late = store.new_id()
         store.backend.on_task_call(late)
-        writer = _store_later(worker, late, "late")
+        writer = _store_later(worker, late, "late", store.asked(late, full_request(late)))
         try:
             meta, _ = _wait(store, late)
         finally:
@@ -385,11 +436,22 @@ def check_forget_deletes_a_result(backend: type[ResultBackend], url: str, *,
                                   settings: Settings | None = None) -> None:
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
-        store.backend.store_result(task_id, 1, SUCCESS, None, full_request(task_id))
+        store.backend.store_result(task_id, 1, SUCCESS, None, store.asked(task_id, full_request(task_id)))
+        store.meta(task_id, until=SUCCESS)
         store.backend.forget(task_id)
         meta = store.meta(task_id)
         _expect(meta.get("status") == PENDING, f"{store.label}: after forget() the task reads {dict(meta)!r}")
         store.backend.forget(store.new_id())  # an unknown id is no error
+        # forgotten before its state arrives (or is stored): nothing of it is read afterwards
+        early = store.new_id()
+        request = store.asked(early, full_request(early))
+        store.backend.forget(early)
+        store.backend.store_result(early, 1, SUCCESS, None, request)
+        store.backend.forget(early)
+        store.settle()
+        meta = store.meta(early)
+        _expect(meta.get("status") == PENDING,
+                f"{store.label}: after forget() of a task stored just then, it reads {dict(meta)!r}")
 
 
 @_round_trips
@@ -397,13 +459,15 @@ def check_a_closed_backend_can_be_used_again(backend: type[ResultBackend], url: 
                                              settings: Settings | None = None) -> None:
     with _store(backend, url, settings) as store:
         task_id = store.new_id()
-        store.backend.store_result(task_id, "before", SUCCESS, None, None)
+        store.backend.store_result(task_id, "before", SUCCESS, None, store.asked(task_id, None))
         store.backend.close()
         store.backend.close()  # a second close is harmless
-        _expect(store.meta(task_id).get("result") == "before", f"{store.label}: reading after close() failed")
+        _expect(store.meta(task_id, until=SUCCESS).get("result") == "before",
+                f"{store.label}: reading after close() failed")
         again = store.new_id()
-        store.backend.store_result(again, "after", SUCCESS, None, None)
-        _expect(store.meta(again).get("result") == "after", f"{store.label}: storing after close() failed")
+        store.backend.store_result(again, "after", SUCCESS, None, store.asked(again, None))
+        _expect(store.meta(again, until=SUCCESS).get("result") == "after",
+                f"{store.label}: storing after close() failed")
 
 
 @_round_trips
@@ -411,20 +475,24 @@ def check_an_instance_works_in_a_forked_child_and_still_in_its_parent(
     backend: type[ResultBackend], url: str, *, settings: Settings | None = None
 ) -> None:
     """A prefork child inherits the instances of its parent: the child opens its own connections
-    (leaving the parent's alone) and the parent's instance keeps working."""
+    (leaving the parent's alone) and the parent's instance keeps working. (With a backend replying
+    to the sender the child is another client: it reads nothing the parent was sent.)"""
     if not hasattr(os, "fork"):
         return
     with _store(backend, url, settings) as store:
-        before, child_id = store.new_id(), store.new_id()
-        store.backend.store_result(before, "parent", SUCCESS, None, None)  # connected before the fork
+        before, child_id, after = store.new_id(), store.new_id(), store.new_id()
+        store.backend.store_result(before, "parent", SUCCESS, None, store.asked(before, None))
+        store.meta(before, until=SUCCESS)  # connected before the fork
+        child_request = store.asked(child_id, full_request(child_id))
+        expected = None if _replies(store.backend) else "parent"
         read, write = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: report what went wrong through the pipe, and never return
             status, report = 0, b""
             try:
-                store.backend.store_result(child_id, "child", SUCCESS, None, full_request(child_id))
+                store.backend.store_result(child_id, "child", SUCCESS, None, child_request)
                 seen = store.backend.get_task_meta(before).get("result")
-                if seen != "parent":
+                if seen != expected:
                     status, report = 1, f"the child read {seen!r} for the parent's result".encode()
                 store.backend.close()
             except BaseException as exc:
@@ -437,10 +505,10 @@ def check_an_instance_works_in_a_forked_child_and_still_in_its_parent(
             failure = pipe.read().decode(errors="replace")
         _expect(os.waitstatus_to_exitcode(status) == 0,
                 f"{store.label}: an instance used in a forked child failed there: {failure}")
-        _expect(store.meta(child_id).get("result") == "child",
+        _expect(store.meta(child_id, until=SUCCESS).get("result") == "child",
                 f"{store.label}: the result stored in the child reads {dict(store.meta(child_id))!r}")
-        store.backend.store_result(before, "parent again", SUCCESS, None, None)
-        _expect(store.meta(before).get("status") == SUCCESS,
+        store.backend.store_result(after, "parent again", SUCCESS, None, store.asked(after, None))
+        _expect(store.meta(after, until=SUCCESS).get("result") == "parent again",
                 f"{store.label}: the parent's instance stopped working after its child closed its copy")
 
 
@@ -451,8 +519,8 @@ def check_result_extended_stores_the_request_fields(backend: type[ResultBackend]
         extended = store.build(result_extended=True)
         task_id = store.new_id()
         request = full_request(task_id, name="contract.extended")
-        extended.store_result(task_id, 5, SUCCESS, None, request)
-        meta = store.meta(task_id, extended)
+        extended.store_result(task_id, 5, SUCCESS, None, store.asked(task_id, request, extended))
+        meta = store.meta(task_id, extended, until=SUCCESS)
         expected = {"name": "contract.extended", "args": [2, 3], "kwargs": {"z": 1},
                     "worker": "worker1@contract", "retries": 2, "queue": "contract-queue"}
         wrong = {key: meta.get(key) for key, value in expected.items() if meta.get(key) != value}
@@ -462,17 +530,30 @@ def check_result_extended_stores_the_request_fields(backend: type[ResultBackend]
 @_round_trips
 def check_store_result_takes_every_request_the_worker_passes(backend: type[ResultBackend], url: str, *,
                                                              settings: Settings | None = None) -> None:
-    """``None`` (a revoke), ``{"task": name}`` (a refused message) and a full request."""
+    """``None`` (a revoke), ``{"task": name}`` (a refused message), the same with the message's
+    ``reply_to`` and ``correlation_id``, and a full request. A backend replying to the sender
+    sends nothing for the first two (they name no client) and reads nothing of them."""
     with _store(backend, url, settings) as store:
+        nowhere = _replies(store.backend)
         shapes: list[Mapping[str, Any] | None] = [None, {"task": "contract.refused"}]
         for request in shapes:
             task_id = store.new_id()
             store.backend.store_result(task_id, encode_exception(RuntimeError("x")), REVOKED, None, request)
-            _expect(store.meta(task_id).get("status") == REVOKED,
-                    f"{store.label}: store_result(..., request={request!r}) did not store REVOKED")
+            store.settle()
+            expected = PENDING if nowhere else REVOKED
+            _expect(store.meta(task_id).get("status") == expected,
+                    f"{store.label}: after store_result(..., request={request!r}) the task reads "
+                    f"{dict(store.meta(task_id))!r}, not {expected}")
         task_id = store.new_id()
-        store.backend.store_result(task_id, 1, SUCCESS, None, full_request(task_id))
-        _expect(store.meta(task_id).get("status") == SUCCESS, f"{store.label}: a full request was not stored")
+        refused = store.asked(task_id, {"task": "contract.refused", "reply_to": "replies",
+                                        "correlation_id": task_id})
+        store.backend.store_result(task_id, encode_exception(RuntimeError("x")), REVOKED, None, refused)
+        _expect(store.meta(task_id, until=REVOKED).get("status") == REVOKED,
+                f"{store.label}: store_result(..., request={refused!r}) did not store REVOKED")
+        task_id = store.new_id()
+        store.backend.store_result(task_id, 1, SUCCESS, None, store.asked(task_id, full_request(task_id)))
+        _expect(store.meta(task_id, until=SUCCESS).get("status") == SUCCESS,
+                f"{store.label}: a full request was not stored")
 
 
 @_round_trips
@@ -480,6 +561,8 @@ def check_store_result_is_safe_from_several_threads(backend: type[ResultBackend]
                                                     settings: Settings | None = None) -> None:
     with _store(backend, url, settings) as store:
         ids = [[store.new_id() for _ in range(20)] for _ in range(6)]
+        requests = {task_id: store.asked(task_id, full_request(task_id))
+                    for batch in ids for task_id in batch}
         errors: list[BaseException] = []
         start = threading.Barrier(len(ids))
 
@@ -487,7 +570,7 @@ def check_store_result_is_safe_from_several_threads(backend: type[ResultBackend]
             try:
                 start.wait()
                 for task_id in batch:
-                    store.backend.store_result(task_id, task_id, SUCCESS, None, full_request(task_id))
+                    store.backend.store_result(task_id, task_id, SUCCESS, None, requests[task_id])
                     store.backend.get_task_meta(batch[0])
             except BaseException as exc:
                 errors.append(exc)
@@ -500,7 +583,7 @@ def check_store_result_is_safe_from_several_threads(backend: type[ResultBackend]
         _expect(not errors,
                 f"{store.label}: store_result from {len(ids)} threads at once raised {errors[:3]!r}")
         wrong = [task_id for batch in ids for task_id in batch
-                 if store.meta(task_id).get("result") != task_id]
+                 if store.meta(task_id, until=SUCCESS).get("result") != task_id]
         _expect(not wrong, f"{store.label}: after stores from several threads, {len(wrong)} results read "
                            f"wrong, for example {wrong[:3]!r}")
 
@@ -575,6 +658,64 @@ def check_a_chord_join_can_be_prepared_when_offered(backend: type[ResultBackend]
                                          f"{group_id} with header {header!r} raised {exc!r}") from exc
 
 
+@_when_offered(RepliesToSender)
+def check_only_the_client_that_sent_a_task_reads_it_when_offered(
+    backend: type[ResultBackend], url: str, *, settings: Settings | None = None
+) -> None:
+    """With :class:`~worker_core.slots.RepliesToSender`: each thread is a client with a reply
+    queue of its own (``reply_to`` names it, the same on every call, another in another thread);
+    the states sent to a client are read by it whatever order its tasks finish in, and by no
+    other client (another thread reads PENDING, and its wait ends in ``ResultTimeout`` naming the
+    task)."""
+    declared: object = backend
+    if not isinstance(declared, RepliesToSender):
+        return
+    with _store(backend, url, settings) as store:
+        client = store.backend
+        assert isinstance(client, RepliesToSender)
+        name = client.reply_to()
+        _expect(isinstance(name, str) and name and client.reply_to() == name,
+                f"{store.label}.reply_to() gave {name!r}, then {client.reply_to()!r}: one non-empty name per "
+                f"thread")
+        worker = store.build()
+        ids = [store.new_id() for _ in range(5)]
+        requests = {task_id: store.asked(task_id, full_request(task_id)) for task_id in ids}
+        for task_id in reversed(ids):
+            worker.store_result(task_id, task_id, SUCCESS, None, requests[task_id])
+        for task_id in ids:
+            meta = client.wait_for(task_id, timeout=WAIT_TIMEOUT, interval=0.05)
+            _expect(meta.get("result") == task_id,
+                    f"{store.label}: five results stored last to first, waited for first to last: "
+                    f"task {task_id} read {dict(meta)!r}")
+        mine = store.new_id()
+        worker.store_result(mine, "mine", SUCCESS, None, store.asked(mine, full_request(mine)))
+        store.meta(mine, until=SUCCESS)
+        seen: dict[str, Any] = {}
+
+        def read_in_another_thread() -> None:
+            try:
+                seen["reply_to"] = client.reply_to()
+                seen["meta"] = dict(client.get_task_meta(mine))
+                try:
+                    client.wait_for(mine, timeout=0.3, interval=0.05)
+                except ResultTimeout as exc:
+                    seen["timeout"] = str(exc)
+            except BaseException as exc:
+                seen["error"] = exc
+
+        thread = threading.Thread(target=read_in_another_thread)
+        thread.start()
+        thread.join()
+        _expect("error" not in seen, f"{store.label}: reading in another thread raised {seen.get('error')!r}")
+        _expect(seen["reply_to"] != name,
+                f"{store.label}.reply_to() gave the same name, {name!r}, in two threads")
+        _expect(seen["meta"].get("status") == PENDING,
+                f"{store.label}: another thread read {seen['meta']!r} for a task this thread sent")
+        _expect(mine in seen.get("timeout", ""),
+                f"{store.label}: waiting in another thread for a task this thread sent should end in a "
+                f"ResultTimeout naming it; got {seen!r}")
+
+
 def _installed(serializer: str) -> bool:
     from ..app.settings import SERIALIZER_LIBRARIES
 
@@ -606,18 +747,25 @@ def check_results_are_stored_in_each_result_serializer(backend: type[ResultBacke
         for name in (serializer for serializer in accept[1:] if _installed(serializer)):
             writer = store.build(result_serializer=name, result_accept_content=accept)
             done, failed, given = store.new_id(), store.new_id(), store.new_id()
-            writer.store_result(done, value, SUCCESS, None, full_request(done))
+            writer.store_result(done, value, SUCCESS, None, store.asked(done, full_request(done), reader))
             writer.store_result(failed, error, FAILURE, "Traceback (most recent call last): ...",
-                                full_request(failed))
-            reader.store_result(given, value, SUCCESS, None, full_request(given), serializer=name)
+                                store.asked(failed, full_request(failed), reader))
+            reader.store_result(given, value, SUCCESS, None, store.asked(given, full_request(given), reader),
+                                serializer=name)
             stored = ((done, SUCCESS, value), (failed, FAILURE, error), (given, SUCCESS, value))
             for task_id, state, result in stored:
-                meta = store.meta(task_id, reader)
+                meta = store.meta(task_id, reader, until=state)
                 _expect(meta.get("status") == state and meta.get("result") == result
                         and meta.get("task_id") == task_id and meta.get("parent_id") == "contract-parent",
                         f"{store.label} stored {state} {result!r} in {name} and read back {dict(meta)!r}")
+            if _replies(strict):  # the strict client is sent the same result
+                writer.store_result(done, value, SUCCESS, None, store.asked(done, full_request(done), strict))
             try:
                 seen = strict.get_task_meta(done)
+                deadline = time.monotonic() + WAIT_TIMEOUT
+                while _replies(strict) and seen.get("status") == PENDING and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    seen = strict.get_task_meta(done)
             except ResultError as exc:
                 _expect(name in str(exc) and "result_accept_content" in str(exc),
                         f"{store.label}: refusing a {name} result it does not accept, say so and name "
@@ -626,7 +774,8 @@ def check_results_are_stored_in_each_result_serializer(backend: type[ResultBacke
                 raise AssertionError(f"{store.label} read a {name} result although only json is accepted: "
                                      f"{dict(seen)!r}")
             if isinstance(final, SuccessIsFinal) and final.success_is_final:
-                writer.store_result(done, error, FAILURE, None, None)
+                writer.store_result(done, error, FAILURE, None, store.asked(done, None, reader))
+                store.settle(writer, reader)
                 _expect(store.meta(done, reader).get("status") == SUCCESS,
                         f"{store.label} promises success_is_final, yet a FAILURE stored in {name} after the "
                         f"SUCCESS left {dict(store.meta(done, reader))!r}")
@@ -679,6 +828,7 @@ CHECKS: tuple[Check, ...] = (
     check_store_result_is_safe_from_several_threads,
     check_saved_groups_restore_as_saved_when_offered,
     check_a_chord_join_can_be_prepared_when_offered,
+    check_only_the_client_that_sent_a_task_reads_it_when_offered,
     check_results_are_stored_in_each_result_serializer,
     check_a_backend_that_discards_results_keeps_its_promise,
 )
