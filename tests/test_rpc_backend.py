@@ -202,6 +202,34 @@ def test_only_the_thread_that_sent_a_task_reads_its_result_and_forget_drops_it(
     assert ours.AsyncResult(result.id).state == "PENDING"
 
 
+def test_a_task_revoked_before_it_is_sent_reaches_its_client_as_revoked(served: Served, ours: Any) -> None:
+    """The worker stores nothing for a revoked id it holds no message for (it could reach no
+    client), and answers REVOKED to the client whose message then comes."""
+    from worker_core.exceptions import TaskRevokedError
+
+    task_id = str(uuid.uuid4())
+    ours.AsyncResult(task_id).revoke()
+    served.worker.wait_log(f"Tasks flagged as revoked: {task_id}")
+    result = rpc.add.apply_async((1, 1), task_id=task_id)
+    with pytest.raises(TaskRevokedError):
+        result.get(timeout=TIMEOUT)
+
+
+def test_a_task_sent_by_a_task_in_a_worker_declares_no_reply_queue() -> None:
+    """As Celery's prefork children: nobody reads a worker's reply queue, so none is declared
+    (the broker here cannot be reached: declaring would fail)."""
+    from worker_core.app.context import TaskContext, pushed
+    from worker_core.app.settings import Settings
+    from worker_core.results.rpc.backend import RPCBackend
+
+    backend = RPCBackend("rpc://", Settings(broker_url="amqp://guest:guest@127.0.0.1:1//"))
+    running = TaskContext("running-task", "apps.rpc.flaky")
+    running.called_directly = False
+    with pushed(running):
+        backend.on_task_call("sent-by-the-running-task")
+    backend.close()
+
+
 def test_a_group_gets_every_result_and_a_chord_or_saving_a_group_is_refused_before_anything_is_sent(
         served: Served, ours: Any) -> None:
     from worker_core import chord, group

@@ -13,6 +13,7 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...app.context import current_context
 from ...exceptions import ConfigurationError, ResultError
 from ...redaction import redact_url
 from ..codec import ResultCodec
@@ -130,7 +131,13 @@ class RPCBackend:
         return self._client().oid
 
     def on_task_call(self, task_id: str) -> None:
-        """Declare this thread's reply queue before the task is sent."""
+        """Declare this thread's reply queue before the task is sent; not for a task sent by a
+        task a worker runs, as Celery's prefork children do not: a retry names its client's
+        queue, and nobody reads the worker's own (declaring it would keep a queue per process
+        and thread filling on RabbitMQ for ``result_expires``)."""
+        context = current_context()
+        if context.id is not None and not context.called_directly:
+            return
         self._client().declare()
 
     def get_task_meta(self, task_id: str) -> Mapping[str, Any]:
