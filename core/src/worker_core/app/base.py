@@ -543,6 +543,14 @@ class App:
                 connection.release()
             except Exception:
                 pass
+        backend = self._backend
+        if backend is not None and self._backend_pid == os.getpid():
+            # its connections go now, not when garbage is collected: an rpc:// client's reply
+            # queue is deleted with its connection, so workers stop sending to it
+            try:
+                backend.close()
+            except Exception:
+                pass
         self._local = threading.local()
         self._backend = None
         self._replies = None
