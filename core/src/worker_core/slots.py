@@ -663,13 +663,14 @@ class RepliesToSender(Protocol):
     **Client side.** Each thread of each process is one client: :meth:`reply_to` names its
     reply queue, and the app puts that name in the ``reply_to`` of every task message it sends
     (as ``thread_oid``, which Celery's client puts there). :meth:`~ResultBackend.on_task_call`
-    declares the queue before a task is sent, so no state is lost; what arrives for tasks not
-    yet asked about is kept until they are. :meth:`~ResultBackend.get_task_meta` and
-    :meth:`~ResultBackend.wait_for` read only this thread's queue: a task another client (a
-    thread, a process) sent reads PENDING here, and waiting for it ends in ``ResultTimeout``.
-    :meth:`~ResultBackend.forget` drops what this client received (nothing is stored anywhere
-    else). States arrive when the broker delivers them, so a read just after a store may still
-    see the state before it.
+    declares the queue before a task is sent, so no state is lost (not for a task sent by a task
+    a worker runs: nobody reads a worker's queue, and Celery's prefork children declare none);
+    what arrives for tasks not yet asked about is kept until they are.
+    :meth:`~ResultBackend.get_task_meta` and :meth:`~ResultBackend.wait_for` read only this
+    thread's queue: a task another client (a thread, a process) sent reads PENDING here, and
+    waiting for it ends in ``ResultTimeout``. :meth:`~ResultBackend.forget` drops what this
+    client received (nothing is stored anywhere else). States arrive when the broker delivers
+    them, so a read just after a store may still see the state before it.
 
     **Worker side.** :meth:`~ResultBackend.store_result` publishes to the ``reply_to`` of the
     ``request`` it is given, with its ``correlation_id``; a request without one (a revoke with
