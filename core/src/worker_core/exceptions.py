@@ -35,6 +35,7 @@ __all__ = [
     "TaskError",
     "TaskRevokedError",
     "TimeLimitExceeded",
+    "TopologyError",
     "TransportError",
     "WorkerError",
     "WorkerLostError",
@@ -104,6 +105,10 @@ class StepConflictError(StepError):
 
 class TransportError(WorkerError):
     """The broker cannot be reached or refused an operation."""
+
+
+class TopologyError(TransportError):
+    """A queue or exchange exists on the broker with arguments this worker cannot adopt."""
 
 
 class ConnectionLostError(TransportError):

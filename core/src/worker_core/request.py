@@ -15,7 +15,7 @@ from .app.handlers import ExceptionInfo, call_in_main_process
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
-from .protocol.headers import PROTOCOL_HEADERS
+from .protocol.headers import DELIVERY_COUNT, PROTOCOL_HEADERS
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
@@ -204,7 +204,7 @@ class Request:
             requeue, reason = outcome[2], outcome[3]
             logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
             consumer.notify("task_rejected", request=self, reason=reason, requeue=requeue)
-            self.reject(requeue=requeue)
+            self.reject(requeue=requeue, reason=f"the task rejected it: {reason}")
         else:  # ignored
             self._ack_late()
         consumer.reservations.task_done(self)
@@ -231,6 +231,9 @@ class Request:
                 f"(worker_redelivery_limit={consumer.app.settings.worker_redelivery_limit})"
             )
             text = f"{type(exc).__name__}: {exc}"
+            poisoned = True
+        else:
+            poisoned = False
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
@@ -242,13 +245,19 @@ class Request:
                                                    self.envelope.kwargs, None))])
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
                         runtime=0.0, exception=safe_repr(exc), traceback="")
-        self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
+        if poisoned:  # a poison message: kept where a person can find it, not run again
+            self.reject(requeue=False, reason=text)
+        else:
+            self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
         consumer.reservations.task_done(self)
 
     def lost_count(self) -> int:
-        """How many processes this task has already killed (carried in the message's headers)."""
-        value = self.envelope.headers.get(LOST_HEADER)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+        """How many processes this task has already killed: carried in the message's headers,
+        or counted by the broker (a quorum queue's ``x-delivery-count``), whichever is more."""
+        headers = self.envelope.headers
+        counts = [value for value in (headers.get(LOST_HEADER), headers.get(DELIVERY_COUNT))
+                  if type(value) is int and value >= 0]
+        return max(counts, default=0)
 
     def _send_again_after_lost_process(self, exc: BaseException) -> bool:
         """Publish a copy with the loss counted, then acknowledge this one; False once the
@@ -337,17 +346,23 @@ class Request:
         if self.task.acks_on_failure_or_timeout:
             self.acknowledge()
         else:
-            self.reject(requeue=timeout)
+            self.reject(requeue=timeout,
+                        reason=f"task {self.label} failed (acks_on_failure_or_timeout is off)")
 
     def acknowledge(self) -> None:
         if not self.acknowledged:
             self.acknowledged = True
             self.consumer.tasks.ack(self.message)
 
-    def reject(self, requeue: bool = False) -> None:
+    def reject(self, requeue: bool = False, reason: str | None = None) -> None:
+        """Give the message back (``requeue``), or take it off its queue to the dead-letter queue
+        (when there is one) with ``reason``."""
         if not self.acknowledged:
             self.acknowledged = True
-            self.consumer.tasks.reject(self.message, requeue=requeue)
+            if requeue:
+                self.consumer.tasks.reject(self.message, requeue=True)
+            else:
+                self.consumer.tasks.dead_letter(self.message, reason or f"task {self.label} was rejected")
 
     def store(self, result: Any, state: str, traceback: str | None) -> None:
         if self.envelope.ignore_result or self.task.ignore_result:

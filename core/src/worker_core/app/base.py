@@ -24,9 +24,12 @@ from ..protocol.fastjson import dumps as json_dumps
 from ..selection import default_result_url
 from ..slots import RepliesToSender, ResultBackend
 from . import sending
-from .broker import broker_urls, connect_for_publishing, task_queue
+from .broker import broker_urls, connect_for_publishing
 from .context import current_context
+from .delays import ENTRY_EXCHANGE, delayed_routing_key
+from .queues import Topology
 from .result import AsyncResult
+from .routes import Destination, Router
 from .settings import Settings, check_names, from_object, settings_from
 from .task import Task
 
@@ -123,6 +126,7 @@ class App:
         self._local = threading.local()
         self._signer: SignedSerializer | None = None
         self._signed_body_serializer = "json"
+        self._routing: tuple[Settings, Topology, Router] | None = None
         _track_for_fork(self)
 
     # -- settings ----------------------------------------------------------------------------
@@ -333,15 +337,25 @@ class App:
 
     # -- sending ---------------------------------------------------------------------------------
 
-    def route(self, name: str, queue: str | None = None) -> str:
-        if queue:
-            return queue
-        routed = self.settings.task_routes.get(name)
-        if isinstance(routed, str):
-            return routed
-        if isinstance(routed, Mapping) and routed.get("queue"):
-            return str(routed["queue"])
-        return self.settings.task_default_queue
+    def _routing_for(self) -> tuple[Settings, Topology, Router]:
+        settings = self.settings
+        routing = self._routing
+        if routing is None or routing[0] is not settings:
+            topology = Topology.from_settings(settings)
+            routing = self._routing = (settings, topology, Router(settings.task_routes, topology))
+        return routing
+
+    @property
+    def topology(self) -> Topology:
+        """The queues this app knows (``task_queues``), and how it makes the others."""
+        return self._routing_for()[1]
+
+    def route(self, name: str, queue: str | None = None, exchange: str | None = None,
+              routing_key: str | None = None, args: Any = None, kwargs: Any = None,
+              options: Mapping[str, Any] | None = None) -> Destination:
+        """Where a message of the task ``name`` goes (``task_routes``, the caller's ``queue``,
+        ``exchange`` and ``routing_key``, the default queue), as Celery's router decides."""
+        return self._routing_for()[2].route(name, queue, exchange, routing_key, args, kwargs, options)
 
     def send_task(
         self,
@@ -403,8 +417,9 @@ class App:
                 root_id=root_id, parent_id=parent_id, group_id=group_id, shadow=shadow,
                 ignore_result=ignore, reply_to=self.thread_oid if replies else None,
             )
-            queue_name = self.route(name, queue)
+            destination = self.route(name, queue, args=args, kwargs=kwargs)
         else:
+            exchange, routing_key = options.pop("exchange", None), options.pop("routing_key", None)
             extra = sending.extra_options(self, name, options)
             message = task_message(
                 name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,
@@ -414,29 +429,39 @@ class App:
             )
             if extra.headers:
                 message.headers.update(extra.headers)
-            queue_name = self.route(extra.route_name or name, queue)
+            destination = self.route(extra.route_name or name, queue, exchange, routing_key, args, kwargs,
+                                     options)
             message.properties.update(extra.publish)  # _publish takes retry and retry_policy
         if not ignore:
             self.backend.on_task_call(task_id)
-        self._publish(name, message.body, queue_name, serializer or self.settings.task_serializer,
-                      message.headers, priority=priority if priority is not None
-                      else self.settings.task_default_priority,
-                      expiration=message.expiration, **message.properties)
+        if priority is None:
+            priority = destination.priority
+            if priority is None:
+                priority = self.settings.task_default_priority
+        self._publish(name, message.body, destination, serializer or self.settings.task_serializer,
+                      message.headers, priority=priority, expiration=message.expiration,
+                      delay=countdown if eta is None else message.headers.get("eta"), **message.properties)
         return AsyncResult(task_id, self)
 
-    def _publish(self, name: str, body: Any, queue: str, serializer: str, headers: dict[str, Any],
+    def _publish(self, name: str, body: Any, destination: Destination, serializer: str,
+                 headers: dict[str, Any],
                  retry: bool | None = None, retry_policy: Mapping[str, Any] | None = None,
-                 **properties: Any) -> None:
+                 delay: float | str | None = None, **properties: Any) -> None:
         state = self._local
         if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
             state.connection, state.producer = connect_for_publishing(self)
             state.pid = os.getpid()
             state.declared = set()
-        declare = [] if queue in state.declared else [task_queue(queue, self.settings)]
+        queue = destination.queue
+        declare = [] if queue is None or queue.name in state.declared else [queue]
+        exchange, routing_key = destination.exchange, destination.routing_key
+        if delay is not None:
+            exchange, routing_key = self._delayed(destination, delay, state.connection)
         policy = PUBLISH_RETRY_POLICY if retry_policy is None else dict(PUBLISH_RETRY_POLICY, **retry_policy)
         hooks = self.plugins.hooks
         if "before_task_publish" in hooks.implemented:
-            hooks.caller("before_task_publish")(name=name, body=body, exchange="", routing_key=queue,
+            hooks.caller("before_task_publish")(name=name, body=body, exchange=exchange,
+                                                routing_key=routing_key,
                                                 headers=headers, properties=properties, declare=declare,
                                                 retry_policy=policy)
         message = body
@@ -452,14 +477,36 @@ class App:
         else:
             kwargs["serializer"] = serializer
         state.producer.publish(
-            body, exchange="", routing_key=queue, delivery_mode=2, headers=headers,
+            body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
             declare=declare, retry=self.settings.task_publish_retry if retry is None else retry,
             retry_policy=policy, **kwargs,
         )
-        state.declared.add(queue)
+        if queue is not None:
+            state.declared.add(queue.name)
         if "after_task_publish" in hooks.implemented:
-            hooks.caller("after_task_publish")(name=name, body=message, exchange="", routing_key=queue,
+            hooks.caller("after_task_publish")(name=name, body=message, exchange=exchange,
+                                               routing_key=routing_key,
                                                headers=headers)
+
+    def _delayed(self, destination: Destination, delay: float | str, connection: Any) -> tuple[str, str]:
+        """The exchange and routing key of a message whose countdown RabbitMQ holds (Celery's
+        native delayed delivery): when the app has quorum queues and the message goes through an
+        exchange that is not direct; otherwise its own, and the worker holds it."""
+        queue = destination.queue
+        exchange_type = queue.exchange.type if queue is not None and queue.exchange is not None \
+            else destination.exchange_type
+        plain = (destination.exchange, destination.routing_key)
+        if exchange_type == "direct" or not self.topology.uses_quorum():
+            return plain
+        if getattr(connection.transport, "driver_type", None) != "amqp":
+            return plain
+        seconds = delay if isinstance(delay, (int, float)) else _seconds_until(delay)
+        if seconds is None or seconds < 1:
+            return plain
+        routing_key = destination.routing_key
+        if queue is not None and queue.routing_key:
+            routing_key = queue.routing_key
+        return ENTRY_EXCHANGE, delayed_routing_key(seconds, routing_key)
 
     # -- hooks of app code ---------------------------------------------------------------------------
 
@@ -610,3 +657,14 @@ def _track_for_fork(app: App) -> None:
         os.register_at_fork(after_in_child=_after_fork_in_child)
         _fork_hook.append(True)
     _apps.add(app)
+
+
+def _seconds_until(eta: str) -> float | None:
+    """Seconds from now to an ISO 8601 ``eta`` (None when it cannot be read)."""
+    from ..protocol.times import parse_iso
+
+    try:
+        when = parse_iso(eta)
+    except (TypeError, ValueError):
+        return None
+    return (when - datetime.now(when.tzinfo)).total_seconds()

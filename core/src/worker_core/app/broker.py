@@ -1,4 +1,5 @@
-"""Broker connections through the transport plugins, and the queues Celery declares."""
+"""Broker connections through the transport plugins, and the queue of a name as the settings
+declare it."""
 
 from __future__ import annotations
 
@@ -73,12 +74,10 @@ def connect_for_publishing(app: App) -> tuple[Connection, Producer]:
 
 
 def task_queue(name: str, settings: Settings) -> Queue:
-    """A task queue declared exactly as Celery declares it: a durable queue bound to a direct
-    exchange of the same name, so Celery and this worker can share it on RabbitMQ."""
-    arguments = {}
-    if settings.task_queue_max_priority is not None:
-        arguments["x-max-priority"] = settings.task_queue_max_priority
-    return kombu.Queue(  # type: ignore[attr-defined,no-untyped-call]
-        name, kombu.Exchange(name, type="direct"),  # type: ignore[attr-defined,no-untyped-call]
-        routing_key=name, queue_arguments=arguments or None,
-    )
+    """The task queue ``name`` as the settings declare it: from ``task_queues``, else made as
+    Celery makes a queue (a durable queue bound to a direct exchange of its name), so Celery and
+    this worker can share it on RabbitMQ."""
+    from .queues import Topology
+
+    queue: Queue = Topology.from_settings(settings).queue(name)
+    return queue

@@ -112,6 +112,35 @@ def _option_names(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> No
             )
 
 
+_QUEUE_TYPES = ("classic", "quorum")
+_EXCHANGE_TYPES = ("direct", "topic", "fanout", "headers")
+
+
+def _one_of(choices: tuple[str, ...], *, optional: bool = False) -> Any:
+    def check(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+        if value is None and optional:
+            return
+        if value not in choices:
+            raise ConfigurationError(
+                f"setting {attribute.name!r} must be one of {', '.join(choices)}"
+                f"{' or None' if optional else ''} (got {value!r}).{did_you_mean(str(value), choices)}"
+            )
+
+    return check
+
+
+def _queues(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    from .queues import check_queues
+
+    check_queues(value)
+
+
+def _routes(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    from .routes import check_routes
+
+    check_routes(value, resolve=False)
+
+
 def _to_tuple(value: Any) -> Any:
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
@@ -182,7 +211,26 @@ class Settings:
                                                     validator=_check(int, optional=True, minimum=0))
     task_queue_max_priority: int | None = attrs.field(default=None,
                                                       validator=_check(int, optional=True, minimum=0))
-    task_routes: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict, validator=_check(dict))
+    #: where each task's messages go (Celery's): a dict of task names, glob patterns and
+    #: compiled regexes to a queue name or ``{"queue", "exchange", "exchange_type",
+    #: "routing_key", "priority"}``, a router function, a dotted path to one, or a list of them
+    task_routes: Any = attrs.field(default=None, validator=_routes)
+    #: the queues (Celery's): kombu ``Queue`` objects, or objects such as ``{"name": "feed",
+    #: "exchange": "feed", "exchange_type": "topic", "routing_key": "feed.#"}`` (see
+    #: :data:`worker_core.app.queues.QUEUE_KEYS`); None: the default queue alone
+    task_queues: Any = attrs.field(default=None, validator=_queues)
+    #: the default queue's exchange (None: named after the queue) and its type
+    task_default_exchange: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    task_default_exchange_type: str = attrs.field(default="direct", validator=_one_of(_EXCHANGE_TYPES))
+    #: the default queue's routing key (None: its name)
+    task_default_routing_key: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the default queue's type when task_queues is None: "classic" or "quorum"
+    task_default_queue_type: str = attrs.field(default="classic", validator=_one_of(_QUEUE_TYPES))
+    #: a queue named nowhere (-Q, a route) is made as Celery makes it; off: it is an error
+    task_create_missing_queues: bool = attrs.field(default=True, validator=_check(bool))
+    task_create_missing_queue_type: str = attrs.field(default="classic", validator=_one_of(_QUEUE_TYPES))
+    task_create_missing_queue_exchange_type: str | None = attrs.field(
+        default=None, validator=_one_of(_EXCHANGE_TYPES, optional=True))
     task_acks_late: bool = attrs.field(default=False, validator=_check(bool))
     task_reject_on_worker_lost: bool | None = attrs.field(default=None, validator=_check(bool, optional=True))
     task_acks_on_failure_or_timeout: bool = attrs.field(default=True, validator=_check(bool))
@@ -213,6 +261,17 @@ class Settings:
     #: before it fails for good; None sends it again forever, as Celery does
     worker_redelivery_limit: int | None = attrs.field(default=5,
                                                       validator=_check(int, optional=True, minimum=1))
+    #: consume quorum queues with a prefetch window per consumer (RabbitMQ has no global one
+    #: for them) and hold their countdowns on the broker, as Celery does
+    worker_detect_quorum_queues: bool = attrs.field(default=True, validator=_check(bool))
+    #: the queue type of the broker-side delay queues (Celery's native delayed delivery)
+    broker_native_delayed_delivery_queue_type: str = attrs.field(default="quorum",
+                                                                 validator=_one_of(_QUEUE_TYPES))
+    #: where messages the worker would discard go (undecodable, unknown task, refused content,
+    #: over the redelivery limit, rejected by their task), with the reason in their headers;
+    #: None discards them, as Celery does
+    worker_dead_letter_queue: str | None = attrs.field(default="celery.dead_letter",
+                                                       validator=[_check(str, optional=True), _name])
     worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
     worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
@@ -271,6 +330,17 @@ def _from_text(name: str, text: str) -> Any:
     """Convert an environment variable's text to the setting's type."""
     field = attrs.fields_dict(Settings)[name]
     kind = str(field.type)
+    if kind == "Any":  # task_queues, task_routes: JSON, or a plain name (a router's dotted path)
+        if text.strip() == "":
+            return None
+        if text.lstrip()[:1] in "[{":
+            try:
+                return json.loads(text)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"{ENV_PREFIX}{name.upper()} must be JSON (a list or an object) (got text that is not "
+                    f"JSON: {exc})") from None
+        return text
     if text.strip() == "" and "None" in kind:
         return None
     if "Mapping" in kind and (kind.startswith("Mapping") or text.lstrip().startswith("{")):

@@ -25,6 +25,7 @@ from ..results.meta import EXCEPTION_STATES, encode_exception
 from . import task_options as check
 from .context import TaskContext, current_context, pushed
 from .handlers import HANDLERS, ExceptionInfo, overridden
+from .routes import strip_delay
 
 if TYPE_CHECKING:
     from ..canvas.signatures import Signature
@@ -411,6 +412,13 @@ class Task:
         options.setdefault("shadow", request.shadow)
         if request.reply_to:  # the client waiting for it (rpc://) gets what the retry ends in
             options.setdefault("reply_to", request.reply_to)
+        info = request.delivery_info or {}
+        queue = options.pop("queue", None)
+        if info.get("routing_key") and queue is None:
+            # back the way it came, as Celery retries: its exchange and routing key (without the
+            # delay bits a broker-side countdown put before it)
+            options.setdefault("exchange", info.get("exchange") or "")
+            options.setdefault("routing_key", strip_delay(str(info["routing_key"])))
         try:
             self.app.send_task(
                 self.name,
@@ -421,8 +429,8 @@ class Task:
                 countdown=countdown,
                 eta=eta,
                 expires=request.expires,
-                queue=(request.delivery_info or {}).get("routing_key") or options.pop("queue", None),
-                priority=(request.delivery_info or {}).get("priority"),
+                queue=queue,
+                priority=info.get("priority"),
                 time_limit=hard,
                 soft_time_limit=soft,
                 root_id=request.root_id,

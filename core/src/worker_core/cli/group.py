@@ -16,6 +16,7 @@ COMMANDS = {
     "control": ("control_cmd", "control"),
     "steps": ("steps_cmd", "steps"),
     "plugins": ("plugins_cmd", "plugins"),
+    "dead-letters": ("deadletters_cmd", "dead_letters"),
 }
 
 

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from kombu.serialization import prepare_accept_content
 
-from ..exceptions import NotRegistered, ProtocolError
+from ..exceptions import NotRegistered, ProtocolError, WorkerLostError
 from ..options import did_you_mean
 from ..protocol import decode_task, shown
+from ..protocol.headers import DELIVERY_COUNT
 from ..request import Request
 from ..slots import ForeignApp
 from .refusal import refuse
@@ -33,6 +34,7 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     tasks = consumer.app.tasks
     # an app loader's app runs its tasks its own way (decided here, once, not per message)
     make_request = consumer.app.request_class if isinstance(consumer.app, ForeignApp) else Request
+    limit = settings.worker_redelivery_limit
 
     def on_message(message: Message) -> None:
         try:
@@ -51,6 +53,17 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
             # stored as Celery stores it: NotRegistered(name)
             refuse(consumer, message, unknown_task(consumer, envelope.name), NotRegistered(envelope.name))
             return
+        if limit is not None:
+            delivered = envelope.headers.get(DELIVERY_COUNT)
+            if type(delivered) is int and delivered > limit:
+                # a quorum queue's own count: this message came back that often, its worker gone
+                # or its process killed each time (a poison message)
+                error = WorkerLostError(
+                    f"the broker delivered it {delivered + 1} times (x-delivery-count {delivered}), each "
+                    f"time "
+                    f"without an outcome: taken for a poison message (worker_redelivery_limit={limit})")
+                refuse(consumer, message, error)
+                return
         try:
             consumer.reservations.receive(make_request(consumer, message, envelope, task))
         except Exception as exc:

@@ -1,5 +1,6 @@
-"""Refusing a message the worker cannot honour: one log line, the message taken off the broker,
-and its result failed with the reason, so a client waiting on it gets the error at once."""
+"""Refusing a message the worker cannot honour: one log line, the message taken off its queue
+(to the dead-letter queue when there is one), and its result failed with the reason, so a
+client waiting on it gets the error at once."""
 
 from __future__ import annotations
 
@@ -59,13 +60,14 @@ def describe_message(message: Any) -> str:
 
 def refuse(consumer: Consumer, message: Message, error: BaseException,
            stored: BaseException | None = None) -> None:
-    """Reject ``message`` for good (it is not requeued: it would only be refused again), say why
-    in one line, and store its result as FAILURE with ``stored`` (else ``error``) when it names a
-    task id and results are kept. Never raises."""
+    """Take ``message`` off its queue for good (it is not requeued: it would only be refused
+    again) to the dead-letter queue when there is one, say why in one line, and store its result
+    as FAILURE with ``stored`` (else ``error``) when it names a task id and results are kept.
+    Never raises."""
     reason = _one_line(str(error) or type(error).__name__)
     logger.error("Rejected message %s: %s", describe_message(message), reason)
     consumer.notify("task_rejected", request=None, reason=reason, requeue=False)
-    consumer.tasks.reject(message, requeue=False)
+    consumer.tasks.dead_letter(message, reason)
     _fail_result(consumer, message, error if stored is None else stored)
 
 

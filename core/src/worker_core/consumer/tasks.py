@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Any
 import kombu
 from kombu.common import QoS
 
-from ..app.broker import task_queue
+from ..app import deadletters
+from ..app.delays import bind_to_delays, declare_delays
+from ..app.queues import is_quorum
+from ..exceptions import TopologyError
+from ..protocol.headers import DELIVERY_COUNT
+from .declare import declare_queue
 from .refusal import describe_message, refuse_undecodable
 
 if TYPE_CHECKING:
@@ -37,6 +42,11 @@ class TaskConsumer:
         #: the window was reduced after a lost connection and grows back as tasks finish
         self.reduced = False
         self._initial_prefetch: int | None = None
+        #: the window is per consumer (quorum queues have no global one): the broker applies a
+        #: change to consumers started after it only, so the window stays as it started
+        self.per_consumer = False
+        #: the dead-letter queue was declared on this connection
+        self._dead_letters_declared = False
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -48,7 +58,20 @@ class TaskConsumer:
         first, worker.before_consuming = worker.before_consuming, []
         for callback in first:
             callback()
-        queues = [task_queue(name, consumer.app.settings) for name in worker.queues]
+        queues = self._declared(connection, consumer.app.topology.select(worker.queues))
+        settings = consumer.app.settings
+        quorum = [queue for queue in queues if is_quorum(queue)]
+        self.per_consumer = bool(quorum) and settings.worker_detect_quorum_queues
+        if self.per_consumer:
+            logger.info("Quorum queue%s %s: the prefetch window is per consumer and stays at %d",
+                        "s" if len(quorum) > 1 else "", ", ".join(q.name for q in quorum), self.max_prefetch)
+            self._initial_prefetch = None
+            self.reduced = False
+            # countdowns wait on the broker, in Celery's layout, not in this worker's memory
+            declare_delays(connection, settings.broker_native_delayed_delivery_queue_type)
+            for queue in queues:
+                bind_to_delays(connection, queue)
+        self._dead_letters_declared = False
         self.kombu = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             connection.default_channel, queues=queues, on_message=consumer.on_message, no_ack=False,
             # the transport or kombu could not build the message (a bad envelope or body
@@ -74,11 +97,35 @@ class TaskConsumer:
         self.kombu = None
         self.qos = None
 
+    def _declared(self, connection: Any, queues: list[Any]) -> list[Any]:
+        """The queues as the broker has them: declared each on a channel of its own, so a queue
+        that exists with other arguments is adopted (or refused in one line) without closing the
+        channel that consumes. Other transports take queues as given."""
+        if getattr(connection.transport, "driver_type", None) != "amqp":
+            return queues
+        return [declare_queue(connection, queue).queue for queue in queues]
+
     def add_queue(self, queue: Any) -> None:
-        """Start consuming ``queue`` (a kombu queue) too (remote ``add_consumer``)."""
-        if self.kombu is not None and not self.consumer.broker.lost:
-            self.kombu.add_queue(queue)
-            self.kombu.consume()
+        """Start consuming ``queue`` (a kombu queue) too (remote ``add_consumer``).
+
+        :raise TopologyError: the broker has the queue in a way this worker cannot consume, or it
+            is a quorum queue and this channel's window is global; the other queues go on.
+        """
+        if self.kombu is None or self.consumer.broker.lost:
+            return
+        connection = self.consumer.broker.connection
+        assert connection is not None
+        (declared,) = self._declared(connection, [queue])
+        detect = self.consumer.app.settings.worker_detect_quorum_queues
+        if is_quorum(declared) and not self.per_consumer and detect:
+            raise TopologyError(
+                f"queue {queue.name!r} is a quorum queue, which RabbitMQ does not let a channel with a "
+                f"global prefetch window consume (this worker's queues are classic): restart the worker "
+                f"with it in -Q")
+        if self.per_consumer:
+            bind_to_delays(connection, declared)
+        self.kombu.add_queue(declared)
+        self.kombu.consume()
 
     def cancel_queue(self, name: str) -> None:
         """Stop consuming the queue ``name`` (remote ``cancel_consumer``); the messages already
@@ -90,7 +137,7 @@ class TaskConsumer:
 
     def _set_prefetch(self, prefetch_count: int) -> None:
         if self.kombu is not None:
-            self.kombu.qos(prefetch_count=prefetch_count, apply_global=True)
+            self.kombu.qos(prefetch_count=prefetch_count, apply_global=not self.per_consumer)
 
     def update_qos(self) -> None:
         """Send a changed window to the broker (between loop turns: changes are batched)."""
@@ -119,6 +166,8 @@ class TaskConsumer:
     def reduce_after_connection_loss(self, running: int) -> None:
         """Celery's prefetch reduction: do not over-fetch while ``running`` tasks still run; the
         window grows back as they finish."""
+        if self.per_consumer:  # the window could not grow back: the broker keeps it as it starts
+            return
         reduced = max(self.multiplier, self.max_prefetch - running * self.multiplier)
         if reduced < self.max_prefetch:
             self.reduced = True
@@ -165,6 +214,7 @@ class TaskConsumer:
         info = message.delivery_info or {}
         properties = message.properties or {}
         headers = dict(message.headers or {})
+        headers.pop(DELIVERY_COUNT, None)  # the broker's count of the old message, not of the copy
         headers.update(extra_headers)
         try:
             kombu.Producer(connection.default_channel).publish(  # type: ignore[attr-defined,no-untyped-call]
@@ -180,6 +230,36 @@ class TaskConsumer:
             )
             return False
         return True
+
+    def dead_letter(self, message: Message, reason: str) -> None:
+        """Send ``message`` to the dead-letter queue with ``reason`` in its headers, then take it
+        off its queue; without a dead-letter queue (or when the copy cannot be sent) it is
+        rejected, and the log line says so."""
+        name = self.consumer.app.settings.worker_dead_letter_queue
+        connection = self.consumer.broker.connection
+        if name is None or connection is None:
+            self.reject(message, requeue=False)
+            return
+        properties = message.properties or {}
+        queue = deadletters.dead_letter_queue(name)
+        try:
+            kombu.Producer(connection.default_channel).publish(  # type: ignore[attr-defined,no-untyped-call]
+                message.body, exchange=name, routing_key=name,
+                headers=deadletters.dead_headers(message.headers, message.delivery_info, reason,
+                                                 self.consumer.hostname),
+                content_type=message.content_type, content_encoding=message.content_encoding, delivery_mode=2,
+                priority=properties.get("priority"), correlation_id=properties.get("correlation_id"),
+                reply_to=properties.get("reply_to") or None,
+                declare=[] if self._dead_letters_declared else [queue], retry=True,
+            )
+        except Exception as exc:
+            logger.error("Could not send %s to the dead-letter queue %r: %r; it is discarded",
+                         describe_message(message), name, exc)
+            self.reject(message, requeue=False)
+            return
+        self._dead_letters_declared = True
+        logger.info("Sent %s to the dead-letter queue %r", describe_message(message), name)
+        self.ack(message)
 
     def info(self) -> dict[str, Any]:
         return {"prefetch_count": self.qos.value if self.qos is not None else None}

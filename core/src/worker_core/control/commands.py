@@ -117,28 +117,51 @@ def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False
 
 
 def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:
-    return [{"name": name, "exchange": {"name": name, "type": "direct"}, "routing_key": name, "durable": True}
-            for name in worker.queues]
+    """The queues consumed, as Celery's ``active_queues`` describes them (kombu's ``as_dict``)."""
+    topology = worker.app.topology
+    found = []
+    for name in worker.queues:
+        try:
+            found.append(topology.queue(name).as_dict(recurse=True))
+        except Exception:  # made at run time, outside the topology
+            found.append({"name": name})
+    return found
 
 
 def add_consumer(worker: Worker, queue: Any = None, exchange: Any = None, exchange_type: Any = None,
-                 routing_key: Any = None, **_celery: Any) -> dict[str, str]:
-    """Celery's ``add_consumer``: consume one more queue (declared as Celery declares it: a
-    durable queue bound to the direct exchange of the same name)."""
-    from ..app.broker import task_queue
+                 routing_key: Any = None, **options: Any) -> dict[str, str]:
+    """Celery's ``add_consumer``: consume one more queue, as ``task_queues`` declares it, else on
+    the exchange (``exchange``, ``exchange_type``, ``routing_key``) given, else as Celery makes a
+    queue (the direct exchange of its name). A queue the broker has with other arguments is
+    adopted; one it cannot be consumed as is answered with the reason, and the other queues go on
+    being consumed."""
+    from ..app.queues import queue_from_data
+    from ..exceptions import WorkerError
 
     if not isinstance(queue, str) or not queue.strip() or queue != queue.strip() or "," in queue:
         return nok(f"add_consumer needs one queue name, without commas or spaces around it (got {queue!r})")
     name = queue
-    if (exchange or name, exchange_type or "direct", routing_key or name) != (name, "direct", name):
-        return nok(f"add_consumer: this worker consumes a queue bound to the direct exchange of its own "
-                   f"name with its name as routing key (got exchange={exchange!r}, "
-                   f"exchange_type={exchange_type!r}, routing_key={routing_key!r})")
     if name in worker.queues:
         return ok(f"already consuming from {name!r}")
+    try:
+        if exchange is None and exchange_type is None and routing_key is None:
+            made = worker.app.topology.queue(name)
+        else:
+            data: dict[str, Any] = {"name": name, "exchange": exchange or name,
+                                    "exchange_type": exchange_type or "direct",
+                                    "routing_key": name if routing_key is None else routing_key}
+            if isinstance(options.get("queue_arguments"), dict):
+                data["queue_arguments"] = options["queue_arguments"]
+            made = queue_from_data(data, f"add_consumer {name!r}")
+        if worker.consumer is not None:
+            worker.consumer.tasks.add_queue(made)
+    except WorkerError as exc:
+        logger.error("Cannot consume from %s: %s", name, exc)
+        return nok(f"cannot consume from {name!r}: {exc}")
+    except Exception as exc:
+        logger.error("Cannot consume from %s: %s: %s", name, type(exc).__name__, exc)
+        return nok(f"cannot consume from {name!r}: {type(exc).__name__}: {exc}")
     worker.queues.append(name)
-    if worker.consumer is not None:
-        worker.consumer.tasks.add_queue(task_queue(name, worker.app.settings))
     logger.info("Started consuming from %s", name)
     return ok(f"add consumer {name}")
 

@@ -6,11 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEAD_LETTER_HEADERS", "LOST_HEADER", "PROTOCOL_HEADERS", "custom_headers"]
+__all__ = ["DEAD_LETTER_HEADERS", "DELIVERY_COUNT", "LOST_HEADER", "PROTOCOL_HEADERS", "custom_headers"]
 
 #: Header counting the processes a task has killed, so a poison message stops coming back
 #: (the worker's own, never one of the sender's).
 LOST_HEADER = "x-worker-lost"
+
+#: The header in which a RabbitMQ quorum queue counts a message's earlier deliveries that ended
+#: without an acknowledgement (the broker's own count: it survives the worker).
+DELIVERY_COUNT = "x-delivery-count"
 
 #: Celery's protocol headers and the names of its request's attributes (which a header may not
 #: take): every other header of a message is the sender's own.
@@ -21,7 +25,7 @@ PROTOCOL_HEADERS = frozenset({
     "args", "kwargs", "callbacks", "errbacks", "chain", "chord", "called_directly", "correlation_id",
     "delivery_info", "headers", "hostname", "is_eager", "logfile", "loglevel", "properties", "reply_to",
     "taskset", "time_limit", "soft_time_limit", "utc", "children",
-    LOST_HEADER,
+    LOST_HEADER, DELIVERY_COUNT,
 })
 
 
