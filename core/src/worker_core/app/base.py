@@ -27,6 +27,7 @@ from . import sending
 from .broker import broker_urls, connect_for_publishing
 from .context import current_context
 from .delays import ENTRY_EXCHANGE, delayed_routing_key
+from .inequivalent import mismatch_of
 from .queues import Topology
 from .result import AsyncResult
 from .routes import Destination, Router
@@ -476,11 +477,21 @@ class App:
             kwargs.update(content_type=content_type, content_encoding=content_encoding)
         else:
             kwargs["serializer"] = serializer
-        state.producer.publish(
-            body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
-            declare=declare, retry=self.settings.task_publish_retry if retry is None else retry,
-            retry_policy=policy, **kwargs,
-        )
+        publish_retry = self.settings.task_publish_retry if retry is None else retry
+        try:
+            state.producer.publish(
+                body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
+                declare=declare, retry=publish_retry, retry_policy=policy, **kwargs,
+            )
+        except Exception as exc:
+            if not declare or mismatch_of(exc) is None:
+                raise
+            # the queue exists with other arguments (a quorum queue, say): it takes the message
+            # as it is (the channel, closed by the refusal, is opened again by the publish)
+            state.producer.publish(
+                body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
+                retry=publish_retry, retry_policy=policy, **kwargs,
+            )
         if queue is not None:
             state.declared.add(queue.name)
         if "after_task_publish" in hooks.implemented:

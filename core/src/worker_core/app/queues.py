@@ -295,7 +295,7 @@ class Topology:
         queue takes no ``x-max-priority`` (RabbitMQ refuses it; 4.0 and later prioritise
         quorum queues' messages without it)."""
         copy: Queue = queue.__copy__()
-        if not copy.exchange:  # Celery's queues without an exchange take the default one
+        if copy.exchange is None or not copy.exchange.name:  # as Celery gives them the default one
             copy.exchange = self.default_exchange
         if not copy.routing_key:
             copy.routing_key = self.default_routing_key

@@ -7,11 +7,12 @@ stream, is refused in one line."""
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ..app.inequivalent import FLAGS, Mismatch, mismatch_of
+from ..app.inequivalent import MISSING as _MISSING
 from ..exceptions import TopologyError
 
 if TYPE_CHECKING:
@@ -19,46 +20,12 @@ if TYPE_CHECKING:
 
     from ..app.queues import Queue
 
-__all__ = ["Declared", "Mismatch", "declare_queue", "mismatch_of"]
+__all__ = ["Declared", "declare_queue"]
 
 logger = logging.getLogger("worker.consumer")
 
-#: RabbitMQ's words for a declaration that differs from what exists
-_INEQUIVALENT = re.compile(
-    r"inequivalent arg '(?P<argument>[^']+)' for (?P<kind>queue|exchange) '(?P<name>[^']*)' in vhost "
-    r"'[^']*': received (?P<received>.+?) but current is (?P<current>.+?)\s*$"
-)
-_TYPED = re.compile(r"^the value '(?P<value>.*)' of type '(?P<type>\w+)'$")
-_INTEGER_TYPES = frozenset(
-    {
-        "signedint",
-        "long",
-        "short",
-        "byte",
-        "unsignedbyte",
-        "unsignedshort",
-        "unsignedint",
-        "signedshort",
-        "signedbyte",
-        "timestamp",
-    }
-)
-_FLAGS = ("durable", "auto_delete", "exclusive")
 #: more tries than a queue has arguments RabbitMQ compares
 _MAX_TRIES = 16
-
-_MISSING: Any = None
-
-
-@attrs.frozen
-class Mismatch:
-    """One argument RabbitMQ found different: what was sent, what the broker has."""
-
-    kind: str
-    name: str
-    argument: str
-    received: Any
-    current: Any
 
 
 @attrs.frozen
@@ -67,50 +34,6 @@ class Declared:
 
     queue: Queue
     adopted: tuple[Mismatch, ...] = ()
-
-
-def _value(text: str) -> Any:
-    text = text.strip()
-    if text == "none":
-        return _MISSING
-    typed = _TYPED.match(text)
-    if typed is not None:
-        value, kind = typed.group("value"), typed.group("type")
-        if kind in _INTEGER_TYPES:
-            try:
-                return int(value)
-            except ValueError:
-                return value
-        if kind in ("double", "float"):
-            return float(value)
-        if kind == "bool":
-            return value == "true"
-        return value
-    if text in ("'true'", "'false'"):
-        return text == "'true'"
-    return text.strip("'")
-
-
-def mismatch_of(exc: BaseException) -> Mismatch | None:
-    """The argument a broker's ``PRECONDITION_FAILED`` (406) names, or None for other errors."""
-    code = getattr(exc, "reply_code", None) or getattr(exc, "code", None)
-    if code != 406:
-        return None
-    found = _INEQUIVALENT.search(str(exc))
-    if found is None:
-        return None
-    argument = (
-        found.group("argument").replace("-", "_")
-        if found.group("argument") in ("auto-delete",)
-        else found.group("argument")
-    )
-    return Mismatch(
-        kind=found.group("kind"),
-        name=found.group("name"),
-        argument=argument,
-        received=_value(found.group("received")),
-        current=_value(found.group("current")),
-    )
 
 
 def _shown(value: Any) -> str:
@@ -123,14 +46,14 @@ def setting_for(argument: str) -> str:
         return "the queue's queue_type in task_queues (task_default_queue_type for the default queue)"
     if argument == "x-max-priority":
         return "the queue's max_priority in task_queues, or task_queue_max_priority"
-    if argument in _FLAGS:
+    if argument in FLAGS:
         return f"the queue's {argument} in task_queues"
     return f"the queue's queue_arguments in task_queues ({argument!r})"
 
 
 def _adopting(queue: Queue, mismatch: Mismatch) -> Queue:
     copy: Queue = queue.__copy__()
-    if mismatch.argument in _FLAGS:
+    if mismatch.argument in FLAGS:
         setattr(copy, mismatch.argument, bool(mismatch.current))
         return copy
     arguments = dict(copy.queue_arguments or {})
