@@ -41,7 +41,8 @@ def test_add_and_cancel_consumer_change_the_queues_consumed(workers, embedded_br
     ("add_consumer", {"queue": ""}, "add_consumer needs one queue name"),
     ("add_consumer", {"queue": "a,b"}, "add_consumer needs one queue name"),
     ("add_consumer", {"queue": "x", "exchange": "other", "exchange_type": "nonsense"},
-     "cannot consume from 'x': add_consumer 'x': exchange type must be one of direct, topic, fanout, headers"),
+     "cannot consume from 'x': add_consumer 'x': exchange type must be one of direct, topic, fanout, "
+     "headers"),
     ("cancel_consumer", {"queue": "nope"}, "not consuming from 'nope'; the queues consumed are first"),
 ])
 def test_bad_queue_commands_get_an_error_and_change_nothing(workers, embedded_broker, command, arguments,
