@@ -72,7 +72,7 @@ def test_an_unknown_task_lands_in_the_dead_letter_queue_and_workerctl_lists_requ
     lost = client.send_task("proj.no_such_task", (1,), queue=queue)
     worker.wait_log(f"to the dead-letter queue {dead!r}")
     assert f"Sent 'proj.no_such_task'['{lost.id}'] from queue {queue!r}" in worker.log()
-    with pytest.raises(Exception, match="proj.no_such_task"):
+    with pytest.raises(Exception, match=r"proj\.no_such_task"):
         lost.get(timeout=10)  # its result failed with the reason, as before
 
     listed = _workerctl("dead-letters", "list", "--json", "-q", dead, broker=broker)

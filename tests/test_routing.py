@@ -295,3 +295,35 @@ def test_a_second_worker_of_the_same_name_says_remote_control_is_off(workers, am
     # and it works all the same
     assert _client(amqp_url).send_task("apps.basic.add", (1, 2), queue=queue).get(timeout=20) == 3
     delete_queue(amqp_url, queue)
+
+
+# -- a Celery app's routing under workerctl worker ---------------------------------------------------
+
+
+def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl_worker(workers, amqp_url):
+    queue, exchange = _names()
+    env = {"PYTHONPATH": str(TESTS), "CELERY_BROKER_URL": amqp_url, "CELERY_RESULT_BACKEND": RESULTS,
+           "ROUTED_QUEUE": queue, "ROUTED_EXCHANGE": exchange}
+    worker = workers.start(app="apps.celery_routed", env=env)  # no -Q: the queues of task_queues
+    assert f"queues     {queue}" in worker.log()
+    import os
+
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        import importlib
+
+        import apps.celery_routed as routed
+
+        routed = importlib.reload(routed)
+        assert routed.add.delay(20, 22).get(timeout=20) == 42
+        routed.app.close()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    worker.stop()
+    delete_queue(amqp_url, queue)
+    delete_queue(amqp_url, exchange)

@@ -317,6 +317,7 @@ def prepare_app(
     """
     from .. import signing
     from ..app.loader import load_app
+    from ..app.queues import Topology
     from ..app.settings import check_environment, check_serializers
     from ..slots import ForeignApp
 
@@ -338,7 +339,9 @@ def prepare_app(
         statedb=settings.worker_state_db,
         remote_control=settings.worker_enable_remote_control,
         failover=settings.broker_failover_strategy,
-        queues=(settings.task_default_queue,),
+        # without -Q, every queue of task_queues, as Celery's worker consumes them
+        queues=tuple(Topology.from_settings(settings).queues) if settings.task_queues
+        else (settings.task_default_queue,),
     )
     if isinstance(app, ForeignApp):  # an app loader's: its own configuration says more
         defaults = app.worker_defaults(defaults)

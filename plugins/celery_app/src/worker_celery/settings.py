@@ -47,9 +47,7 @@ UNSUPPORTED: Mapping[str, str] = {
     "worker_pool_restarts": "pool_restart is not a remote command here; restart the worker",
     "worker_proc_alive_timeout": "pool processes are waited for by the pool plugin",
     "worker_agent": "no actor agent is started",
-    "worker_detect_quorum_queues": "queues are declared as Celery declares classic queues",
     "worker_log_color": "log lines are not coloured",
-    "task_create_missing_queues": "the queues named by -Q or task_queues are declared",
 }
 
 
@@ -102,8 +100,6 @@ def translate(celery: Celery, spec: str) -> tuple[dict[str, Any], list[str]]:
             notes.append("broker_failover_strategy: a function is not taken; round-robin is used "
                          "(or --failover round-robin|shuffle|priority)")
             continue
-        elif name == "task_routes" and not isinstance(value, Mapping):
-            continue  # routers as functions: Celery's own sending in tasks still uses them
         elif name == "accept_content" and isinstance(value, (list, set, frozenset)):
             value = tuple(value)
         elif name == "broker_heartbeat" and value is None:
