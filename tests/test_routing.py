@@ -135,18 +135,26 @@ def test_a_queue_not_in_task_queues_is_an_error_when_missing_queues_are_not_made
 # -- topic exchanges end to end ---------------------------------------------------------------------
 
 
+@pytest.fixture(params=["amqp", "redis"])
+def any_broker(request):
+    from conftest import empty_redis, require_server
+
+    if request.param == "redis":
+        return empty_redis(redis_db(12))
+    require_server(5672, "RabbitMQ")
+    return "amqp://guest:guest@127.0.0.1:5672//"
+
+
 def test_a_celery_client_routing_through_a_topic_exchange_reaches_the_queue_task_queues_binds(
-    workers, amqp_url, amqp_channel
+    workers, any_broker
 ):
     from celery import Celery
 
     queue, exchange = _names()
-    amqp_channel.made("queue", queue)
-    amqp_channel.made("exchange", exchange)
     workers.start(
         "-Q",
         queue,
-        broker=amqp_url,
+        broker=any_broker,
         backend=RESULTS,
         env={
             "PYTHONPATH": str(TESTS),
@@ -155,17 +163,47 @@ def test_a_celery_client_routing_through_a_topic_exchange_reaches_the_queue_task
             ),
         },
     )
-    celery = Celery("client", broker=amqp_url, backend=RESULTS)
-    celery.conf.task_routes = {
-        "apps.basic.add": {"exchange": exchange, "exchange_type": "topic", "routing_key": "feed.new"}
-    }
+    from kombu import Exchange, Queue
+
+    # the producers' settings of a Celery deployment: the same queues, a route by queue and key
+    celery = Celery("client", broker=any_broker, backend=RESULTS)
+    celery.conf.task_queues = [Queue(queue, Exchange(exchange, "topic"), "feed.#")]
+    celery.conf.task_routes = {"apps.basic.add": {"queue": queue, "routing_key": "feed.new"}}
     try:
         assert celery.send_task("apps.basic.add", (2, 3)).get(timeout=20) == 5
     finally:
         celery.close()
-    # this project's client routes the same way
-    ours = _client(amqp_url, task_routes={"apps.basic.*": {"exchange": exchange, "routing_key": "feed.old"}})
+    # this project's client routes the same ways, by an exchange and a key too
+    queues = [{"name": queue, "exchange": exchange, "exchange_type": "topic", "routing_key": "feed.#"}]
+    ours = _client(
+        any_broker,
+        task_queues=queues,
+        task_routes={"apps.basic.*": {"queue": queue, "routing_key": "feed.old"}},
+    )
     assert ours.send_task("apps.basic.add", (4, 5)).get(timeout=20) == 9
+    by_exchange = _client(
+        any_broker,
+        task_routes={
+            "apps.basic.*": {"exchange": exchange, "exchange_type": "topic", "routing_key": "feed.other"}
+        },
+    )
+    assert by_exchange.send_task("apps.basic.add", (5, 5)).get(timeout=20) == 10
+    delete_queue(any_broker, queue)
+    delete_queue(any_broker, exchange)
+
+
+def test_a_fanout_exchange_in_task_queues_reaches_every_queue_bound_to_it(workers, amqp_url, amqp_channel):
+    first, exchange = _names()
+    second, _ = _names()
+    for kind, name in (("queue", first), ("queue", second), ("exchange", exchange)):
+        amqp_channel.made(kind, name)
+    queues = [{"name": name, "exchange": exchange, "exchange_type": "fanout"} for name in (first, second)]
+    env = {"PYTHONPATH": str(TESTS), "WORKER_TASK_QUEUES": json.dumps(queues)}
+    worker = workers.start(broker=amqp_url, backend=RESULTS, env=env)  # no -Q: both queues
+    assert f"queues     {first}, {second}" in worker.log()
+    client = _client(amqp_url, task_queues=queues)
+    client.send_task("apps.basic.add", (1, 1), exchange=exchange, routing_key="anything")
+    wait_for(lambda: worker.log().count("Task apps.basic.add[") >= 2, 20, message="both copies to run")
 
 
 # -- queues that exist with other arguments ---------------------------------------------------------
@@ -302,8 +340,13 @@ def test_a_second_worker_of_the_same_name_says_remote_control_is_off(workers, am
 
 def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl_worker(workers, amqp_url):
     queue, exchange = _names()
-    env = {"PYTHONPATH": str(TESTS), "CELERY_BROKER_URL": amqp_url, "CELERY_RESULT_BACKEND": RESULTS,
-           "ROUTED_QUEUE": queue, "ROUTED_EXCHANGE": exchange}
+    env = {
+        "PYTHONPATH": str(TESTS),
+        "CELERY_BROKER_URL": amqp_url,
+        "CELERY_RESULT_BACKEND": RESULTS,
+        "ROUTED_QUEUE": queue,
+        "ROUTED_EXCHANGE": exchange,
+    }
     worker = workers.start(app="apps.celery_routed", env=env)  # no -Q: the queues of task_queues
     assert f"queues     {queue}" in worker.log()
     import os

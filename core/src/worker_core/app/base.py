@@ -453,8 +453,8 @@ class App:
             state.connection, state.producer = connect_for_publishing(self)
             state.pid = os.getpid()
             state.declared = set()
-        queue = destination.queue
-        declare = [] if queue is None or queue.name in state.declared else [queue]
+        declared = tuple((type(entity).__name__, entity.name) for entity in destination.declare)
+        declare = [] if declared in state.declared else list(destination.declare)
         exchange, routing_key = destination.exchange, destination.routing_key
         if delay is not None:
             exchange, routing_key = self._delayed(destination, delay, state.connection)
@@ -492,8 +492,7 @@ class App:
                 body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
                 retry=publish_retry, retry_policy=policy, **kwargs,
             )
-        if queue is not None:
-            state.declared.add(queue.name)
+        state.declared.add(declared)
         if "after_task_publish" in hooks.implemented:
             hooks.caller("after_task_publish")(name=name, body=message, exchange=exchange,
                                                routing_key=routing_key,

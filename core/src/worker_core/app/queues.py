@@ -262,6 +262,8 @@ class Topology:
     missing_queue_type: str
     missing_exchange_type: str | None
     max_priority: int | None
+    #: queues made on demand, by name (made once)
+    _made: dict[str, Queue] = attrs.field(factory=dict, init=False, eq=False, repr=False)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Topology:
@@ -273,11 +275,7 @@ class Topology:
         routing_key = settings.task_default_routing_key or name
         if not configured:
             arguments = {"x-queue-type": "quorum"} if settings.task_default_queue_type == "quorum" else None
-            configured = (
-                _kombu.Queue(
-                    name, exchange, routing_key=routing_key, queue_arguments=arguments
-                ),
-            )
+            configured = (_kombu.Queue(name, exchange, routing_key=routing_key, queue_arguments=arguments),)
         made = cls(
             queues={},
             default_queue=name,
@@ -311,7 +309,7 @@ class Topology:
 
         :raise ConfigurationError: it is not configured and ``task_create_missing_queues`` is off.
         """
-        found = self.queues.get(name)
+        found = self.queues.get(name) or self._made.get(name)
         if found is not None:
             return found
         if not self.create_missing:
@@ -322,14 +320,11 @@ class Topology:
                 f"turn task_create_missing_queues on"
             )
         arguments = {"x-queue-type": "quorum"} if self.missing_queue_type == "quorum" else None
-        exchange = _kombu.Exchange(
-            name, type=self.missing_exchange_type or "direct"
+        exchange = _kombu.Exchange(name, type=self.missing_exchange_type or "direct")
+        made = self._made[name] = self._prepared(
+            _kombu.Queue(name, exchange, routing_key=name, queue_arguments=arguments)
         )
-        return self._prepared(
-            _kombu.Queue(
-                name, exchange, routing_key=name, queue_arguments=arguments
-            )
-        )
+        return made
 
     def select(self, names: Iterable[str]) -> list[Queue]:
         """The queues ``-Q`` names, in its order."""
@@ -340,13 +335,18 @@ class Topology:
         delivery and per-consumer prefetch)."""
         return any(is_quorum(queue) for queue in self.queues.values())
 
-    def exchange_type(self, name: str) -> str | None:
-        """The type of the exchange ``name`` as the configured queues declare it (None: unknown)."""
+    def exchange(self, name: str) -> Exchange | None:
+        """The exchange ``name`` as the configured queues declare it (None: unknown)."""
         for queue in self.queues.values():
             for exchange in _exchanges_of(queue):
                 if exchange.name == name:
-                    return str(exchange.type)
+                    return exchange
         return None
+
+    def exchange_type(self, name: str) -> str | None:
+        """The type of the exchange ``name`` as the configured queues declare it (None: unknown)."""
+        exchange = self.exchange(name)
+        return None if exchange is None else str(exchange.type)
 
 
 def _exchanges_of(queue: Queue) -> list[Exchange]:

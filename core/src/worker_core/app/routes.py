@@ -11,11 +11,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import attrs
+import kombu
 
 from ..exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from .queues import Queue, Topology
+
+_kombu: Any = kombu
 
 __all__ = ["ROUTE_KEYS", "Destination", "Router", "check_routes", "strip_delay"]
 
@@ -41,6 +44,9 @@ class Destination:
     exchange_type: str
     queue: Queue | None
     priority: int | None = None
+    #: what is declared before the first publish: the queue, else the exchange when it is known
+    #: (a virtual transport routes only through an exchange it knows the type of)
+    declare: tuple[Any, ...] = ()
 
 
 class _MapRoute:
@@ -94,7 +100,8 @@ def check_routes(value: Any, *, resolve: bool = True) -> tuple[Callable[..., Any
             if not _DOTTED.match(item):
                 raise ConfigurationError(
                     f"setting 'task_routes': {item!r} is not a dotted path to a router function, such as "
-                    f"'proj.routers.route_task' (a dict of routes is written as JSON in WORKER_TASK_ROUTES)")
+                    f"'proj.routers.route_task' (a dict of routes is written as JSON in WORKER_TASK_ROUTES)"
+                )
             if not resolve:
                 continue
             found = _import(item)
@@ -117,7 +124,7 @@ class Router:
     def __init__(self, routes: Any, topology: Topology) -> None:
         self.routers = check_routes(routes)
         self.topology = topology
-        self._plain: dict[str, Destination] = {}
+        self._known: dict[tuple[str, str | None, str | None, str | None], Destination] = {}
 
     def _ask(
         self, router: Callable[..., Any], name: str, args: Any, kwargs: Any, options: Mapping[str, Any]
@@ -158,12 +165,31 @@ class Router:
         options: Mapping[str, Any] | None = None,
     ) -> Destination:
         """Where the task ``name`` goes, given the caller's ``queue``/``exchange``/``routing_key``."""
-        plain = queue is None and exchange is None and routing_key is None
-        if plain and not self.routers:
-            found = self._plain.get(name)
+        if (
+            not self.routers
+            and isinstance(queue, (str, type(None)))
+            and isinstance(exchange, (str, type(None)))
+        ):
+            # no router looks at the call: the same arguments go the same way (the hot path)
+            key = (name, queue, exchange, routing_key)
+            found = self._known.get(key)
             if found is None:
-                found = self._plain[name] = self._destination({}, self.topology.default_queue)
+                found = self._known[key] = self._route(
+                    name, queue, exchange, routing_key, args, kwargs, options
+                )
             return found
+        return self._route(name, queue, exchange, routing_key, args, kwargs, options)
+
+    def _route(
+        self,
+        name: str,
+        queue: Any,
+        exchange: Any,
+        routing_key: str | None,
+        args: Any,
+        kwargs: Any,
+        options: Mapping[str, Any] | None,
+    ) -> Destination:
         chosen: dict[str, Any] = {"queue": queue, "exchange": exchange, "routing_key": routing_key}
         route = self._lookup(name, args or (), kwargs or {}, options or {}) if self.routers else None
         for key, value in (route or {}).items():
@@ -205,10 +231,19 @@ class Router:
                 or (queue.routing_key if queue is not None else "")
                 or self.topology.default_routing_key
             )
+        declare: tuple[Any, ...] = ()
+        if queue is not None:
+            declare = (queue,)
+        elif exchange:
+            known = self.topology.exchange(exchange)
+            if known is None and chosen.get("exchange_type"):
+                known = _kombu.Exchange(exchange, type=chosen["exchange_type"])
+            declare = () if known is None else (known,)
         return Destination(
             exchange=exchange,
             routing_key=routing_key or "",
             exchange_type=str(exchange_type),
             queue=queue,
             priority=chosen.get("priority"),
+            declare=declare,
         )
