@@ -122,9 +122,13 @@ def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:
     found = []
     for name in worker.queues:
         try:
-            found.append(topology.queue(name).as_dict(recurse=True))
+            queue = topology.queue(name)
         except Exception:  # made at run time, outside the topology
             found.append({"name": name})
+            continue
+        info = queue.as_dict(recurse=True)
+        info["bindings"] = [binding.as_dict(recurse=True) for binding in queue.bindings or ()]
+        found.append(info)
     return found
 
 
