@@ -217,3 +217,24 @@ def test_a_quorum_message_delivered_more_often_than_the_limit_goes_to_the_dead_l
     worker.stop()
     delete_queue(amqp_url, queue)
     delete_queue(amqp_url, dead)
+
+
+def test_a_retry_with_a_countdown_on_a_quorum_topic_queue_waits_on_rabbitmq_and_comes_back(
+    workers, amqp_url_or_none
+):
+    amqp_url = amqp_url_or_none
+    queue, exchange = f"again-{uuid.uuid4().hex[:8]}", f"again-ex-{uuid.uuid4().hex[:8]}"
+    queues = [{"name": queue, "exchange": exchange, "exchange_type": "topic", "routing_key": "job.#",
+               "queue_type": "quorum"}]
+    env = {"PYTHONPATH": str(TESTS), "WORKER_TASK_QUEUES": json.dumps(queues)}
+    worker = workers.start("-Q", queue, app="apps.routed", broker=amqp_url, backend=RESULTS, env=env)
+    client = App("again-client", broker_url=amqp_url, result_backend=RESULTS, task_queues=queues)
+    result = client.send_task("routed.again", queue=queue)
+    retries, came_by, key = result.get(timeout=30)
+    # the retry went through the delay levels: it comes out of the delivery exchange, its routing
+    # key carrying the delay's bits before the queue's own
+    assert retries == 1 and came_by == "celery_delayed_delivery"
+    assert key.endswith(".job.#") and set(key.split(".")[:28]) <= {"0", "1"}
+    worker.stop()
+    delete_queue(amqp_url, queue)
+    delete_queue(amqp_url, exchange)

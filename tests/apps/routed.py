@@ -1,0 +1,15 @@
+"""Tasks for the routing tests: one that retries once with a countdown the broker holds."""
+
+from __future__ import annotations
+
+from worker_core import App
+
+app = App("routed")
+
+
+@app.task(name="routed.again", bind=True, max_retries=1, default_retry_delay=1)
+def again(self):
+    if self.request.retries == 0:
+        raise self.retry()
+    info = self.request.delivery_info or {}
+    return [self.request.retries, info.get("exchange"), info.get("routing_key")]
