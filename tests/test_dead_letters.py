@@ -19,6 +19,7 @@ from workers import TESTS
 
 from worker_core import App
 from worker_core.app import deadletters
+from worker_core.app.broker import connection_for
 from worker_core.control.client import broadcast
 from worker_core.exceptions import ResultTimeout
 
@@ -41,15 +42,18 @@ def _client(broker: str, **settings) -> App:
     return client
 
 
-@pytest.fixture(params=["redis", "amqp"])
-def broker(request, amqp_url_or_none):
+@pytest.fixture(params=["redis", "amqp", "embedded"])
+def broker(request, tmp_path):
+    if request.param == "embedded":
+        return f"embedded://{tmp_path}/queue.db"
     if request.param == "redis":
         from conftest import empty_redis
 
         return empty_redis(redis_db(12))
-    if amqp_url_or_none is None:
-        pytest.skip("RabbitMQ is not running")
-    return amqp_url_or_none
+    from conftest import require_server
+
+    require_server(5672, "RabbitMQ")
+    return "amqp://guest:guest@127.0.0.1:5672//"
 
 
 @pytest.fixture
@@ -98,7 +102,7 @@ def test_an_unknown_task_lands_in_the_dead_letter_queue_and_workerctl_lists_requ
     requeued = _workerctl("dead-letters", "requeue", lost.id, "-q", dead, broker=broker)
     assert requeued.returncode == 0, requeued.stderr
     assert "1 requeued." in requeued.stdout
-    with kombu.Connection(broker) as connection:
+    with connection_for(client.plugins, broker, client.settings) as connection:
         message = connection.SimpleQueue(queue).get(timeout=10)
         assert message.headers["id"] == lost.id and deadletters.REASON not in message.headers
         message.ack()

@@ -28,6 +28,9 @@ __all__ = ["TaskConsumer"]
 
 logger = logging.getLogger("worker.consumer")
 
+#: a dead letter is sent from the loop's thread: a few quick tries, then the line that says so
+_DEAD_LETTER_RETRY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
+
 
 class TaskConsumer:
     """The task queues' consumer and its prefetch window, across reconnects."""
@@ -251,6 +254,7 @@ class TaskConsumer:
                 priority=properties.get("priority"), correlation_id=properties.get("correlation_id"),
                 reply_to=properties.get("reply_to") or None,
                 declare=[] if self._dead_letters_declared else [queue], retry=True,
+                retry_policy=_DEAD_LETTER_RETRY,
             )
         except Exception as exc:
             logger.error("Could not send %s to the dead-letter queue %r: %r; it is discarded",
