@@ -370,3 +370,19 @@ def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl
     worker.stop()
     delete_queue(amqp_url, queue)
     delete_queue(amqp_url, exchange)
+
+
+def test_a_queue_argument_the_broker_refuses_stops_the_worker_in_one_line(workers, amqp_url, amqp_channel):
+    queue, _ = _names()
+    amqp_channel.made("queue", queue)
+    queues = [{"name": queue, "queue_arguments": {"x-max-length": "many"}}]
+    worker = workers.start(
+        "-Q",
+        queue,
+        broker=amqp_url,
+        ready=False,
+        env={"PYTHONPATH": str(TESTS), "WORKER_TASK_QUEUES": json.dumps(queues)},
+    )
+    assert worker.process.wait(timeout=30) != 0
+    assert f"queue {queue!r}: the broker refused its declaration (" in worker.log()
+    assert "x-max-length" in worker.log() and "Traceback" not in worker.log()

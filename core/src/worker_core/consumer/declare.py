@@ -24,6 +24,10 @@ __all__ = ["Declared", "declare_queue"]
 
 logger = logging.getLogger("worker.consumer")
 
+#: the broker's codes for a declaration refused for good: access refused, not found (a passive
+#: declaration, a missing exchange to bind to), precondition failed (an argument it does not take)
+_REFUSALS = frozenset({403, 404, 406})
+
 #: more tries than a queue has arguments RabbitMQ compares
 _MAX_TRIES = 16
 
@@ -34,6 +38,10 @@ class Declared:
 
     queue: Queue
     adopted: tuple[Mismatch, ...] = ()
+
+
+def _code(exc: BaseException) -> Any:
+    return getattr(exc, "reply_code", None) or getattr(exc, "code", None)
 
 
 def _shown(value: Any) -> str:
@@ -111,6 +119,10 @@ def declare_queue(connection: Connection, queue: Queue) -> Declared:
         except Exception as exc:
             mismatch = mismatch_of(exc)
             if mismatch is None:
+                if _code(exc) in _REFUSALS:  # refused for good: a retry would only be refused again
+                    raise TopologyError(
+                        f"queue {queue.name!r}: the broker refused its declaration ({exc}); change the queue "
+                        f"in task_queues, or the broker user's permissions") from None
                 raise
             if not _safe(mismatch):
                 raise _refusal(queue, mismatch) from None

@@ -70,10 +70,7 @@ class TaskConsumer:
                         "s" if len(quorum) > 1 else "", ", ".join(q.name for q in quorum), self.max_prefetch)
             self._initial_prefetch = None
             self.reduced = False
-            # countdowns wait on the broker, in Celery's layout, not in this worker's memory
-            declare_delays(connection, settings.broker_native_delayed_delivery_queue_type)
-            for queue in queues:
-                bind_to_delays(connection, queue)
+            self._wait_on_broker(connection, queues)
         self._dead_letters_declared = False
         self.kombu = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             connection.default_channel, queues=queues, on_message=consumer.on_message, no_ack=False,
@@ -99,6 +96,22 @@ class TaskConsumer:
         """The connection is gone: so are its consumer and window."""
         self.kombu = None
         self.qos = None
+
+    def _wait_on_broker(self, connection: Any, queues: list[Any]) -> None:
+        """Countdowns wait on the broker, in Celery's layout, not in this worker's memory; a
+        broker that refuses the layout leaves them to the worker, with a line that says why."""
+        try:
+            declare_delays(connection, self.consumer.app.settings.broker_native_delayed_delivery_queue_type)
+            for queue in queues:
+                bind_to_delays(connection, queue)
+        except Exception as exc:
+            if self.consumer.broker.is_connection_error(exc):
+                raise
+            logger.warning("Countdowns on %s wait in the worker: the broker refused the delay queues "
+                           "(broker_native_delayed_delivery_queue_type=%r): %s: %s",
+                           ", ".join(q.name for q in queues),
+                           self.consumer.app.settings.broker_native_delayed_delivery_queue_type,
+                           type(exc).__name__, exc)
 
     def _declared(self, connection: Any, queues: list[Any]) -> list[Any]:
         """The queues as the broker has them: declared each on a channel of its own, so a queue
