@@ -469,7 +469,7 @@ def before_task_publish(name: str, body: Any, exchange: str, routing_key: str, h
     :param name: the task's name
     :param body: ``(args, kwargs, embed)``, not yet serialized
     :param exchange: the exchange (``""``: the default)
-    :param routing_key: the queue
+    :param routing_key: the routing key (the queue's name on the default exchange)
     :param headers: the protocol v2 headers (``id``, ``task``, ...): may be changed
     :param properties: the message properties (``correlation_id``, ``reply_to``, ``priority``, ...): may
         be changed
@@ -490,7 +490,7 @@ def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
     :param name: the task's name
     :param body: ``(args, kwargs, embed)``
     :param exchange: the exchange
-    :param routing_key: the queue
+    :param routing_key: the routing key (the queue's name on the default exchange)
     :param headers: the headers sent
 
     Not first-result: every implementation is called; what it returns is ignored.
