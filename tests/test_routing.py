@@ -202,6 +202,13 @@ def test_a_fanout_exchange_in_task_queues_reaches_every_queue_bound_to_it(worker
     worker = workers.start(broker=amqp_url, backend=RESULTS, env=env)  # no -Q: both queues
     assert f"queues     {first}, {second}" in worker.log()
     client = _client(amqp_url, task_queues=queues)
+    name = worker.args[worker.args.index("-n") + 1]
+    assert _ask(client, name, "conf")["task_queues"] == queues  # as given
+    described = _ask(client, name, "active_queues")  # as Celery's worker describes them
+    assert [(q["name"], q["exchange"]["name"], q["exchange"]["type"]) for q in described] == [
+        (first, exchange, "fanout"),
+        (second, exchange, "fanout"),
+    ]
     client.send_task("apps.basic.add", (1, 1), exchange=exchange, routing_key="anything")
     wait_for(lambda: worker.log().count("Task apps.basic.add[") >= 2, 20, message="both copies to run")
 
@@ -349,6 +356,9 @@ def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl
     }
     worker = workers.start(app="apps.celery_routed", env=env)  # no -Q: the queues of task_queues
     assert f"queues     {queue}" in worker.log()
+    name = worker.args[worker.args.index("-n") + 1]
+    [shown] = _ask(_client(amqp_url), name, "conf")["task_queues"]  # kombu's queue, as data
+    assert (shown["name"], shown["exchange"]["type"], shown["routing_key"]) == (queue, "topic", "feed.#")
     import os
 
     saved = {key: os.environ.get(key) for key in env}

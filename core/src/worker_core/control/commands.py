@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import resource
 import signal as signals
 from collections.abc import Callable, Mapping
@@ -188,8 +189,24 @@ def conf(worker: Worker, with_defaults: bool = False, **_celery: Any) -> dict[st
     from ..app.settings import Settings
 
     settings, defaults = worker.app.settings, Settings()
-    return {name: redact_value(name, getattr(settings, name)) for name in Settings.names()
+    return {name: redact_value(name, _as_data(getattr(settings, name))) for name in Settings.names()
             if with_defaults or getattr(settings, name) != getattr(defaults, name)}
+
+
+def _as_data(value: Any) -> Any:
+    """A setting's value as a reply carries it: kombu queues and exchanges as their description,
+    patterns as their text, router functions by name."""
+    if hasattr(value, "as_dict"):
+        return _as_data(value.as_dict(recurse=True))
+    if isinstance(value, re.Pattern):
+        return value.pattern
+    if isinstance(value, dict):
+        return {_as_data(key): _as_data(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_as_data(item) for item in value]
+    if callable(value):
+        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
+    return value
 
 
 def autoscale(worker: Worker, max: int | None = None, min: int | None = None) -> dict[str, str]:
