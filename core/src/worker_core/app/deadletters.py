@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import kombu
 
-from .routes import strip_delay
+from .delays import strip_delay
 
 if TYPE_CHECKING:
     from kombu.connection import Connection

@@ -14,11 +14,10 @@ matches no direct binding): their countdowns wait in the worker, as with Celery.
 from __future__ import annotations
 
 import logging
+import re
 from typing import TYPE_CHECKING, Any
 
 import kombu
-
-from .routes import strip_delay
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -35,6 +34,7 @@ __all__ = [
     "declare_delays",
     "delayed_routing_key",
     "level_name",
+    "strip_delay",
 ]
 
 logger = logging.getLogger("worker.consumer")
@@ -45,6 +45,15 @@ DELIVERY_EXCHANGE = "celery_delayed_delivery"
 ENTRY_EXCHANGE = f"celery_delayed_{LEVELS - 1}"
 #: the longest delay the levels hold; a longer one waits the rest in the worker (its ETA)
 MAX_DELAY = 2**LEVELS - 1
+
+
+#: the bits a delay puts before a routing key ("0.1.0. ... .key")
+_DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{LEVELS}}}")
+
+
+def strip_delay(routing_key: str) -> str:
+    """A routing key without the delay bits a broker-side delay put before it."""
+    return _DELAY_PREFIX.sub("", routing_key, count=1)
 
 
 def level_name(level: int) -> str:

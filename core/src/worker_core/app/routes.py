@@ -14,13 +14,14 @@ import attrs
 import kombu
 
 from ..exceptions import ConfigurationError
+from .delays import DELIVERY_EXCHANGE
 
 if TYPE_CHECKING:
     from .queues import Queue, Topology
 
 _kombu: Any = kombu
 
-__all__ = ["ROUTE_KEYS", "Destination", "Router", "check_routes", "strip_delay"]
+__all__ = ["ROUTE_KEYS", "Destination", "Router", "check_routes"]
 
 #: what a route may say (Celery's route dicts): the rest of a publish is the caller's
 ROUTE_KEYS = frozenset({"queue", "exchange", "exchange_type", "routing_key", "priority"})
@@ -212,6 +213,8 @@ class Router:
             exchange = getattr(exchange, "name", "")
         else:
             exchange_type = chosen.get("exchange_type")
+        if exchange_type is None and exchange == DELIVERY_EXCHANGE:
+            exchange_type = "topic"  # a retry of a message that came out of a broker-side delay
         if exchange_type is None:
             if queue is not None and queue.exchange is not None:
                 exchange_type = queue.exchange.type

@@ -24,8 +24,8 @@ from ..rates import parse_rate
 from ..results.meta import EXCEPTION_STATES, encode_exception
 from . import task_options as check
 from .context import TaskContext, current_context, pushed
+from .delays import strip_delay
 from .handlers import HANDLERS, ExceptionInfo, overridden
-from .routes import strip_delay
 
 if TYPE_CHECKING:
     from ..canvas.signatures import Signature
