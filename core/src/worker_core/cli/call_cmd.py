@@ -94,7 +94,10 @@ def _not_finished(app: Any, task_name: str, result: Any, queue: str | None, seco
         state = "unknown"
     brokers = ";".join(redact_url(url) for url in app.broker_urls)
     if state == PENDING:
-        hint = f"is a worker running on {brokers} and consuming queue {app.route(task_name, queue)!r}?"
+        destination = app.route(task_name, queue)
+        target = (f"queue {destination.queue.name!r}" if destination.queue is not None else
+                  f"a queue bound to {destination.exchange!r} by {destination.routing_key!r}")
+        hint = f"is a worker running on {brokers} and consuming {target}?"
     else:
         hint = "a worker has it but did not finish it yet."
     return (f"no worker finished task {task_name}[{result.id}] within {seconds:g}s (state: {state}): "
