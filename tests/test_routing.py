@@ -396,3 +396,12 @@ def test_a_queue_argument_the_broker_refuses_stops_the_worker_in_one_line(worker
     assert worker.process.wait(timeout=30) != 0
     assert f"queue {queue!r}: the broker refused its declaration (" in worker.log()
     assert "x-max-length" in worker.log() and "Traceback" not in worker.log()
+
+
+def test_a_router_function_in_a_config_module_is_task_routes():
+    import types
+
+    config = types.ModuleType("routing_config")
+    config.task_routes = lambda name, args, kwargs, options, task=None: {"queue": f"q-{args[0]}"}
+    app = App("r", config_source=config)
+    assert app.route("proj.any", args=(7,)).routing_key == "q-7"

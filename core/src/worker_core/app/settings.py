@@ -409,7 +409,8 @@ def from_object(source: Any, namespace: str | None = None) -> dict[str, Any]:
             key = name[len(prefix):].lower()
             check_names([key])
             found[key] = value
-        elif name.islower() and not callable(value) and not hasattr(value, "__file__"):
+        elif name.islower() and (not callable(value) or name == "task_routes") \
+                and not hasattr(value, "__file__"):  # a router function is a setting's value
             if name in known:
                 found[name] = value
             elif isinstance(source, Mapping):
