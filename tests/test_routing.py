@@ -405,3 +405,26 @@ def test_a_router_function_in_a_config_module_is_task_routes():
     config.task_routes = lambda name, args, kwargs, options, task=None: {"queue": f"q-{args[0]}"}
     app = App("r", config_source=config)
     assert app.route("proj.any", args=(7,)).routing_key == "q-7"
+
+
+def test_a_worker_whose_old_connection_still_holds_its_control_queue_takes_it_back_once_it_closes(
+    workers, amqp_url
+):
+    name = f"ctl-{uuid.uuid4().hex[:8]}@localhost"
+    queue, _ = _names()
+    old = kombu.Connection(amqp_url)  # as a restarted worker's old connection the broker keeps
+    old.channel().queue_declare(f"{name}.celery.pidbox", exclusive=True, auto_delete=True)
+    try:
+        worker = workers.start(
+            "-n", name, "-Q", queue, broker=amqp_url, backend=RESULTS, env={"PYTHONPATH": str(TESTS)}
+        )
+        worker.wait_log("Remote control is off for this worker")
+        client = _client(amqp_url)
+        assert client.send_task("apps.basic.add", (2, 2), queue=queue).get(timeout=20) == 4  # it works
+    finally:
+        old.release()
+    worker.wait_log(
+        f"Remote control is on: this worker's queue {name}.celery.pidbox is free again", timeout=30
+    )
+    assert _ask(client, name, "ping") == {"ok": "pong"}
+    delete_queue(amqp_url, queue)

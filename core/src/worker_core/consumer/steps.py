@@ -6,6 +6,7 @@ worker blueprint around it is not. The events plugin adds Events and Heart.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Condition, Step
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
     from ..control.node import ControlNode
     from ..options import WorkerOptions
     from .consumer import Consumer
+
+logger = logging.getLogger("worker.control")
 
 __all__ = ["CONSUMER_STEPS", "ConnectionStep", "ControlStep", "FailbackStep", "LoopStep", "TasksStep"]
 
@@ -92,15 +95,38 @@ class ControlStep(Step["Consumer"]):
     def __init__(self) -> None:
         super().__init__()
         self.node: ControlNode | None = None
+        self._retry: Any = None
 
     def start(self, consumer: Consumer) -> None:
-        from ..control.node import start_node
+        from ..control.node import RETRY_SECONDS, start_node
 
         connection = consumer.broker.connection
         assert connection is not None
         self.node = start_node(consumer.worker, connection, announce=not consumer.restart_count)
+        if self.node is None and consumer.timer is not None:
+            # another connection holds the queue: take it once that connection is gone
+            self._retry = consumer.timer.call_repeatedly(
+                RETRY_SECONDS, lambda: consumer.inbox.call(self._try_again, consumer))
+
+    def _try_again(self, consumer: Consumer) -> None:
+        from ..control.node import start_node
+
+        connection = consumer.broker.connection
+        if self.node is not None or connection is None or consumer.broker.lost:
+            return
+        self.node = start_node(consumer.worker, connection, announce=False, quiet=True)
+        if self.node is not None:
+            self._cancel_retry()
+            logger.info("Remote control is on: this worker's queue %s.celery.pidbox is free again",
+                        consumer.worker.hostname)
+
+    def _cancel_retry(self) -> None:
+        retry, self._retry = self._retry, None
+        if retry is not None:
+            retry.cancel()
 
     def stop(self, consumer: Consumer) -> None:
+        self._cancel_retry()
         node, self.node = self.node, None
         if node is not None and not consumer.broker.lost:
             node.close()

@@ -21,6 +21,9 @@ __all__ = ["ControlNode", "start_node"]
 
 logger = logging.getLogger("worker.control")
 
+#: seconds between tries to take the node's queue back from another connection
+RETRY_SECONDS = 10.0
+
 
 class _Handlers(dict[str, Any]):
     """kombu looks handlers up by name; an unknown name answers with the known ones."""
@@ -96,9 +99,11 @@ class ControlNode:
             logger.debug("error closing the control channel: %r", exc)
 
 
-def start_node(worker: Worker, connection: Any, *, announce: bool) -> ControlNode | None:
+def start_node(worker: Worker, connection: Any, *, announce: bool, quiet: bool = False) -> ControlNode | None:
     """The worker's node, answering the commands ``worker_remote_control_allow`` allows (None when
-    another worker of the same name listens already). ``announce`` logs which, at the first start.
+    another connection holds the node's queue: a worker of the same name, or this one's old
+    connection that the broker has not closed yet). ``announce`` logs which commands, at the
+    first start; ``quiet`` says nothing when the queue is held (a retry).
 
     :raise ConfigurationError: the setting names a command that does not exist.
     """
@@ -111,8 +116,10 @@ def start_node(worker: Worker, connection: Any, *, announce: bool) -> ControlNod
     try:
         return ControlNode(worker, connection, commands, access)
     except InconsistencyError:
-        logger.error(
-            "Remote control is off for this worker: another worker named %s already listens on "
-            "this broker. Give each worker a unique name with -n NAME@%%h", worker.hostname,
-        )
+        if not quiet:
+            logger.error(
+                "Remote control is off for this worker: another worker named %s already listens on "
+                "this broker. Give each worker a unique name with -n NAME@%%h (tried again every %g s: "
+                "a restarted worker's old connection may not be closed yet)", worker.hostname, RETRY_SECONDS,
+            )
         return None
