@@ -191,7 +191,8 @@ def worker_option_decorators() -> list[Callable[[F], F]]:
         ),
         click.option("--failover", help="Failover strategy between broker URLs (default: round-robin)."),
         click.option("-Q", "--queues", multiple=True,
-                     help="Queues to consume, comma-separated (default: celery)."),
+                     help="Queues to consume, comma-separated (default: every queue of task_queues, "
+                          "else task_default_queue, celery)."),
         click.option("--prefetch-multiplier", type=int, help="Messages reserved per process (default: 4)."),
         click.option("--autoscale", metavar="MAX[,MIN]",
                      help="Grow and shrink the pool between MIN and MAX."),
