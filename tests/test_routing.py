@@ -359,24 +359,25 @@ def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl
     name = worker.args[worker.args.index("-n") + 1]
     [shown] = _ask(_client(amqp_url), name, "conf")["task_queues"]  # kombu's queue, as data
     assert (shown["name"], shown["exchange"]["type"], shown["routing_key"]) == (queue, "topic", "feed.#")
-    import os
+    # a producer of the deployment: the same settings, sending by name through its routes
+    from celery import Celery
+    from kombu import Exchange, Queue
 
-    saved = {key: os.environ.get(key) for key in env}
-    os.environ.update(env)
+    producer = Celery("producer", broker=amqp_url, backend=RESULTS)
+    producer.conf.update(
+        task_queues=[Queue(queue, Exchange(exchange, "topic"), "feed.#")],
+        task_routes={
+            "apps.celery_routed.*": {
+                "exchange": exchange,
+                "exchange_type": "topic",
+                "routing_key": "feed.add",
+            }
+        },
+    )
     try:
-        import importlib
-
-        import apps.celery_routed as routed
-
-        routed = importlib.reload(routed)
-        assert routed.add.delay(20, 22).get(timeout=20) == 42
-        routed.app.close()
+        assert producer.send_task("apps.celery_routed.add", (20, 22)).get(timeout=20) == 42
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        producer.close()
     worker.stop()
     delete_queue(amqp_url, queue)
     delete_queue(amqp_url, exchange)
