@@ -44,6 +44,7 @@ __all__ = [
     "AppLoader",
     "Autoscaler",
     "AutoscalerFactory",
+    "ChordCount",
     "DiscardsResults",
     "EventLoop",
     "FailoverStrategy",
@@ -625,33 +626,85 @@ class SavesGroups(Protocol):
         """Delete what is saved under ``group_id``; an unknown id is no error."""
 
 
+@attrs.frozen
+class ChordCount:
+    """What :meth:`JoinsChords.count_chord_part` found once it recorded a header task's result."""
+
+    #: header results recorded so far; -1 when the chord was completed already (nothing recorded)
+    ready: int
+    #: results the body waits for (the size set by the client plus those ``add_to_chord`` added),
+    #: None while no size is known (not set yet, or dropped after the chord failed)
+    expected: int | None
+    #: set when this call completed the chord and so claimed sending its body: the token to give
+    #: :meth:`JoinsChords.finish_chord`; None for every other call
+    claim: str | None = None
+
+
 @runtime_checkable
 class JoinsChords(Protocol):
     """A result backend that joins a chord's header natively, as Celery's Redis backend does:
     header results are counted as they are stored, and the worker storing the last one sends the
-    body. This Protocol declares what a client calls before it sends the header.
+    body. Without it, a chord is joined by Celery's ``celery.chord_unlock`` task, which polls the
+    header's results every ``result_chord_retry_interval`` seconds.
 
-    Called by a client sending a chord, in this order: :meth:`apply_chord` once the header's
+    **Client side**, when a chord is sent, in this order: :meth:`apply_chord` once the header's
     tasks have their ids, then, just before the header's last task is sent,
     :meth:`set_chord_size` with the number of results the body waits for (as Celery's client
-    does, so a header task that finishes early cannot see a complete chord). On Redis:
-    ``celery-taskset-meta-<group_id>.s`` holds the size, as Celery's Redis backend keeps it, so
-    Celery workers count a chord this client sent.
+    does, so a header task that finishes early cannot see a complete chord).
 
-    Without it, sending a chord raises ``ConfigurationError`` naming the backend and saying to
-    configure one that joins chords (Redis).
+    **Worker side**, in the process that ran a header task, after its result is stored:
+    :meth:`count_chord_part`; the one call that completes the chord gets a claim, reads the
+    results with :meth:`chord_parts`, sends the body (or fails it with ``ChordError``) and
+    calls :meth:`finish_chord`. A task joining a running chord (``add_to_chord``, ``replace``)
+    calls :meth:`add_to_chord` first.
+
+    **At least once.** A header task delivered again (a worker killed before acknowledging it)
+    is counted once: its part is recorded once per task id and ``group_index``. The claim is
+    taken atomically with the count, so two workers storing the last parts at once cannot both
+    send the body, and it lapses after ``claim_seconds`` so that a worker killed between the
+    claim and the send leaves the body to the next copy of a header task; after
+    :meth:`finish_chord`, late copies change nothing.
+
+    On Redis these are Celery's own keys and steps (``<group key>.s`` the size, ``.t`` what was
+    added, ``.j`` the results as ``[1, task_id, state, result]`` in a sorted set scored by
+    ``group_index``, or a list with the transport option ``result_chord_ordered=False``, ``.d``
+    the parts recorded, ``.c`` the claim, then ``done``), so Celery clients and workers and this
+    worker count the same chords. The contract suite checks all of it when offered.
     """
 
     def apply_chord(self, group_id: str, header: Any) -> None:
         """Prepare the join of the chord whose header is the group ``group_id``; ``header`` is
         its result tuple (see :class:`SavesGroups`). A backend that joins the results it
         counted as they came in keeps nothing here, except for a header holding groups of its
-        own, whose shape it must keep to give the body nested lists (Redis: the header is saved
-        as a group)."""
+        own, whose shape it must keep to give the body nested lists (saved as a group, which
+        :class:`SavesGroups`'s ``restore_group`` gives back)."""
 
     def set_chord_size(self, group_id: str, size: int) -> None:
         """Record that the chord of header ``group_id`` waits for ``size`` results, starting a
         new count (sending a frozen chord again reuses its group id)."""
+
+    def add_to_chord(self, group_id: str, count: int = 1) -> None:
+        """The running chord of header ``group_id`` waits for ``count`` more results (a task
+        added to it while it runs)."""
+
+    def count_chord_part(self, group_id: str, task_id: str, group_index: int | None, state: str,
+                         result: Any, *, claim_seconds: float) -> ChordCount:
+        """Record the result of header task ``task_id`` (at ``group_index``; None sorts last):
+        its ``state`` and its ``result``, encoded as :meth:`ResultBackend.store_result` gets
+        it. Keep the chord's state ``result_chord_expires`` seconds from now (``result_expires``
+        when unset). When the results recorded reach the size plus what was added, and no claim
+        is held, claim sending the body for ``claim_seconds`` and return the claim."""
+
+    def chord_parts(self, group_id: str) -> list[tuple[str, str, Any]]:
+        """The recorded results of the header as ``(task_id, state, result)``, ordered by
+        ``group_index`` (in the order they were recorded when the backend is told not to
+        order them)."""
+
+    def finish_chord(self, group_id: str, claim: str, *, sent: bool) -> bool:
+        """After the body was sent (``sent``): if ``claim`` is still held, delete the chord's
+        state and remember for a while that it is done, so later copies of header tasks change
+        nothing. After the chord failed (not ``sent``): drop its size, so a later copy of a
+        header task does not fail it again. Returns False when the claim was lost."""
 
 
 @runtime_checkable

@@ -64,9 +64,9 @@ class ResultCodec:
 
     # -- storing ---------------------------------------------------------------------------------
 
-    def encode(self, meta: dict[str, Any], serializer: str | None = None) -> str | bytes:
-        """``meta`` in ``serializer`` (None: the configured one): text for JSON and YAML, bytes
-        for msgpack and pickle."""
+    def encode(self, meta: Any, serializer: str | None = None) -> str | bytes:
+        """``meta`` (or any value, such as a chord's part) in ``serializer`` (None: the
+        configured one): text for JSON and YAML, bytes for msgpack and pickle."""
         name = serializer or self.serializer
         if name == "json":
             return json_dumps(meta)  # kombu's JSON, as kombu's dumps would write it, without its lookups
@@ -139,6 +139,25 @@ class ResultCodec:
                   else f"add {name!r} to the result_accept_content setting to read it")
         return (f"{what} {verb} {name}, which this app does not accept for results "
                 f"(accepted: {accepted}); {advice}")
+
+    def decode_value(self, payload: bytes | str, what: str) -> Any:
+        """A value :meth:`encode` stored that need not be a meta (a chord's part is a list):
+        JSON is read as JSON, anything else in the configured serializer.
+
+        :raise ResultDecodeError: it cannot be read.
+        """
+        first = payload[:1]
+        try:
+            if first in (b"[", b"{", "[", "{"):
+                return json_loads(payload)
+            if self.serializer in BUILTIN:
+                content_type, encoding = BUILTIN[self.serializer]
+            else:
+                content_type, encoding = self._custom_format(self.serializer)
+            return kombu_loads(payload, content_type, encoding, accept=self.accept)
+        except Exception as exc:
+            raise ResultDecodeError(f"{what} cannot be read as {self.serializer}: {type(exc).__name__}: "
+                                    f"{exc}") from None
 
     def _format(self, payload: bytes | str, what: str) -> tuple[str, str]:
         if not payload:

@@ -1,6 +1,6 @@
 """Task results in the embedded SQLite file (the embedded transport's file, its own table), in
-Celery's format, and saved group results in a second table; safe to use from threads and from
-forked children."""
+Celery's format, saved group results in a second table and chords in two more; safe to use from
+threads and from forked children."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..exceptions import ResultError, ResultTimeout
 from ..transports.embedded.database import Database, resolve_path
 from .codec import ResultCodec
+from .embedded_chords import CHORD_SCHEMA, EmbeddedChords
 from .meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 if TYPE_CHECKING:
     from ..app.settings import Settings
-    from ..slots import ResultBackend, SavesGroups, SuccessIsFinal
+    from ..slots import JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
 
 __all__ = ["EmbeddedBackend"]
 
@@ -50,12 +51,14 @@ _VISIBLE = "(expires_at IS NULL OR expires_at > :now)"
 
 def _create_table(connection: sqlite3.Connection) -> None:
     connection.executescript(_SCHEMA)
+    connection.executescript(CHORD_SCHEMA)
 
 
-class EmbeddedBackend:
+class EmbeddedBackend(EmbeddedChords):
     """Stores each task's meta in ``result_serializer`` (kombu JSON by default: datetimes,
-    UUIDs, Decimals and bytes round-trip), text or bytes as the serializer writes it, and saved
-    groups as Celery's ``{"result": <group tuple>}``, in the same serializer."""
+    UUIDs, Decimals and bytes round-trip), text or bytes as the serializer writes it, saved
+    groups as Celery's ``{"result": <group tuple>}``, in the same serializer, and counts chords
+    (:mod:`.embedded_chords`)."""
 
     #: Like Celery, a SUCCESS stays: a late duplicate run cannot overwrite it.
     success_is_final: ClassVar[bool] = True
@@ -66,6 +69,8 @@ class EmbeddedBackend:
         self.expires = settings.result_expires
         self.extended = settings.result_extended
         self.codec = ResultCodec.from_settings(settings)
+        self.chord_expires = (settings.result_expires if settings.result_chord_expires is None
+                              else settings.result_chord_expires)
         self._db = Database(self.path, _create_table, error=ResultError)
         self._next_prune = 0.0
 
@@ -181,9 +186,18 @@ class EmbeddedBackend:
             with self._using("delete expired results") as conn:
                 conn.execute("DELETE FROM results WHERE expires_at <= ?", (now,))
                 conn.execute("DELETE FROM groups WHERE expires_at <= ?", (now,))
+                self.prune_chords(conn, now)
         except ResultError as exc:
             # Housekeeping only: expired rows are invisible anyway, and the next prune retries.
             logger.warning("%s", exc)
+
+    @contextmanager
+    def _transaction(self, action: str) -> Iterator[sqlite3.Connection]:
+        try:
+            with self._db.transaction() as conn:
+                yield conn
+        except sqlite3.Error as exc:
+            raise ResultError(f"cannot {action} in the embedded database {self.path!r}: {exc}") from exc
 
     @contextmanager
     def _using(self, action: str) -> Iterator[sqlite3.Connection]:
@@ -199,3 +213,4 @@ if TYPE_CHECKING:
     _BACKEND: type[ResultBackend] = EmbeddedBackend
     _FINAL: type[SuccessIsFinal] = EmbeddedBackend
     _GROUPS: type[SavesGroups] = EmbeddedBackend
+    _CHORDS: type[JoinsChords] = EmbeddedBackend

@@ -779,6 +779,121 @@ def check_results_are_stored_in_each_result_serializer(backend: type[ResultBacke
                 _expect(store.meta(done, reader).get("status") == SUCCESS,
                         f"{store.label} promises success_is_final, yet a FAILURE stored in {name} after the "
                         f"SUCCESS left {dict(store.meta(done, reader))!r}")
+def _count(chords: JoinsChords, label: str, group_id: str, task_id: str, index: int | None,
+           state: str = SUCCESS, result: Any = None, claim_seconds: float = 30.0) -> Any:
+    try:
+        return chords.count_chord_part(group_id, task_id, index, state, result, claim_seconds=claim_seconds)
+    except Exception as exc:
+        raise AssertionError(f"{label}.count_chord_part() of task {task_id} at {index} in group {group_id} "
+                             f"raised {exc!r}") from exc
+
+
+@_when_offered(JoinsChords)
+def check_a_chord_counts_each_part_once_and_one_count_claims_its_body_when_offered(
+        backend: type[ResultBackend], url: str, *, settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.JoinsChords`, as a worker counts a chord of three: a part
+    recorded twice (a header task delivered again) counts once; the count that completes the
+    chord, and only that one, gets a claim; the parts come back in ``group_index`` order (None
+    last) with their states and results; once finished, a late copy changes nothing; a chord
+    sent again under the same group id counts from the start."""
+    declared: object = backend
+    if not isinstance(declared, JoinsChords):
+        return
+    with _store(backend, url, settings) as store:
+        chords = store.backend
+        assert isinstance(chords, JoinsChords)
+        group_id = store.new_group_id()
+        first, second, last = _new_id(), _new_id(), _new_id()
+        chords.set_chord_size(group_id, 3)
+        failure = encode_exception(ValueError("part two"))
+        counts = [_count(chords, store.label, group_id, second, 1, FAILURE, failure),
+                  _count(chords, store.label, group_id, second, 1, FAILURE, failure),
+                  _count(chords, store.label, group_id, last, None, SUCCESS, {"n": 3})]
+        seen = [(c.ready, c.expected, c.claim) for c in counts]
+        _expect(seen == [(1, 3, None), (1, 3, None), (2, 3, None)],
+                f"{store.label}: two copies of one part and one more should count 1, 1, 2 of 3 without a "
+                f"claim; got {counts!r}")
+        completing = _count(chords, store.label, group_id, first, 0, SUCCESS, [1, "one"])
+        _expect(completing.ready == 3 and completing.expected == 3 and bool(completing.claim),
+                f"{store.label}: the count completing the chord should get a claim; got {completing!r}")
+        again = _count(chords, store.label, group_id, first, 0, SUCCESS, [1, "one"])
+        _expect(again.claim is None, f"{store.label}: a copy of the last part got a second claim while the "
+                                     f"first is held: {again!r}")
+        parts = chords.chord_parts(group_id)
+        expected_parts = [(first, SUCCESS, [1, "one"]), (second, FAILURE, failure), (last, SUCCESS, {"n": 3})]
+        _expect([tuple(part) for part in parts] == expected_parts,
+                f"{store.label}.chord_parts() should give the parts in group_index order: "
+                f"{expected_parts!r}; got {parts!r}")
+        _expect(chords.finish_chord(group_id, str(completing.claim), sent=True) is True,
+                f"{store.label}.finish_chord() with the claim held returned False")
+        late = _count(chords, store.label, group_id, last, None, SUCCESS, {"n": 3})
+        _expect(late.ready == -1 and late.claim is None,
+                f"{store.label}: a part counted after the chord was finished should change nothing "
+                f"(ready -1, no claim); got {late!r}")
+        chords.set_chord_size(group_id, 1)
+        rerun = _count(chords, store.label, group_id, _new_id(), 0)
+        _expect(rerun.ready == 1 and rerun.expected == 1 and bool(rerun.claim),
+                f"{store.label}: a chord sent again under the same group id should count from the start; "
+                f"got {rerun!r}")
+
+
+@_when_offered(JoinsChords)
+def check_a_chord_claim_is_taken_once_lapses_and_survives_failures_when_offered(
+        backend: type[ResultBackend], url: str, *, settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.JoinsChords`: two threads storing a chord's last parts at
+    once claim its body once; a claim not finished lapses after ``claim_seconds``, so a later
+    copy of a header task claims it again (its holder was killed); ``add_to_chord`` raises the
+    count awaited; a chord finished as failed (not sent) drops its size, so no later copy
+    completes it."""
+    declared: object = backend
+    if not isinstance(declared, JoinsChords):
+        return
+    with _store(backend, url, settings) as store:
+        chords = store.backend
+        assert isinstance(chords, JoinsChords)
+        for _ in range(5):
+            group_id = store.new_group_id()
+            chords.set_chord_size(group_id, 2)
+            barrier = threading.Barrier(2)
+            claims: list[Any] = []
+
+            def count_one(index: int, group_id: str = group_id, barrier: threading.Barrier = barrier,
+                          claims: list[Any] = claims) -> None:
+                barrier.wait()
+                other = store.build()  # another worker's instance
+                assert isinstance(other, JoinsChords)
+                claims.append(_count(other, store.label, group_id, _new_id(), index).claim)
+
+            threads = [threading.Thread(target=count_one, args=(index,)) for index in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            _expect(len([claim for claim in claims if claim]) == 1,
+                    f"{store.label}: two threads completing a chord at once got {claims!r}; exactly one "
+                    f"claim is wanted")
+        group_id = store.new_group_id()
+        chords.set_chord_size(group_id, 1)
+        chords.add_to_chord(group_id, 1)
+        part = _new_id()
+        counted = _count(chords, store.label, group_id, part, 0)
+        _expect(counted.expected == 2 and counted.claim is None,
+                f"{store.label}: after add_to_chord() a chord of one should await 2; got {counted!r}")
+        held = _count(chords, store.label, group_id, _new_id(), 1, claim_seconds=1)
+        _expect(bool(held.claim), f"{store.label}: the completing count got no claim: {held!r}")
+        time.sleep(2.1)
+        retaken = _count(chords, store.label, group_id, part, 0)
+        _expect(bool(retaken.claim) and retaken.claim != held.claim,
+                f"{store.label}: a claim of 1 s not finished should lapse, and a later copy of a part claim "
+                f"the body again; got {retaken!r}")
+        _expect(chords.finish_chord(group_id, str(held.claim), sent=True) is False,
+                f"{store.label}.finish_chord() with a lapsed claim taken over returned True")
+        _expect(chords.finish_chord(group_id, str(retaken.claim), sent=False) is True,
+                f"{store.label}.finish_chord(sent=False) returned False")
+        after = _count(chords, store.label, group_id, part, 0)
+        _expect(after.expected is None and after.claim is None,
+                f"{store.label}: after a failed chord's finish a copy of a part should find no size and "
+                f"get no claim; got {after!r}")
 
 
 def check_a_backend_that_discards_results_keeps_its_promise(backend: type[ResultBackend], url: str, *,
@@ -830,6 +945,8 @@ CHECKS: tuple[Check, ...] = (
     check_a_chord_join_can_be_prepared_when_offered,
     check_only_the_client_that_sent_a_task_reads_it_when_offered,
     check_results_are_stored_in_each_result_serializer,
+    check_a_chord_counts_each_part_once_and_one_count_claims_its_body_when_offered,
+    check_a_chord_claim_is_taken_once_lapses_and_survives_failures_when_offered,
     check_a_backend_that_discards_results_keeps_its_promise,
 )
 

@@ -1,6 +1,6 @@
 """The Redis result backend: Celery's keys and values, one round trip per stored result, and
 waiting on pub/sub as Celery's client does, so Celery clients and workers share the results;
-saved groups and what a chord's join needs, in Celery's keys too."""
+saved groups and chords (:mod:`.chords`), in Celery's keys too."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from worker_core.results.codec import ResultCodec
 from worker_core.results.meta import READY_STATES, SUCCESS, make_meta, pending_meta
 
 from .backend_options import check_backend
+from .chords import COUNT_PART, FINISH, RedisChords
 
 if TYPE_CHECKING:
     from worker_core.app.settings import Settings
@@ -61,12 +62,14 @@ class _Connected:
         self.pool = pool
         self.client = redis.Redis(connection_pool=pool)
         self.store = self.client.register_script(STORE_RESULT)
+        self.chord_count = self.client.register_script(COUNT_PART)
+        self.chord_finish = self.client.register_script(FINISH)
         self.listener: ResultListener = ResultListener(
             self.client, lambda value: codec.decode(value, "a result published"))
         self.errors: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError)
 
 
-class RedisBackend:
+class RedisBackend(RedisChords):
     """Results in ``celery-task-meta-<id>`` (Celery's meta in ``result_serializer``, kombu JSON by
     default), kept ``result_expires`` seconds, published on a channel of the same name; a
     SUCCESS is never overwritten.
@@ -86,6 +89,7 @@ class RedisBackend:
         self.chord_expires = (settings.result_expires if settings.result_chord_expires is None
                               else settings.result_chord_expires)
         self.codec = ResultCodec.from_settings(settings)
+        self.chord_ordered = bool(self.config.options.get("result_chord_ordered", True))
         self._lock = threading.Lock()
         self._connected: _Connected | None = None
 
@@ -189,28 +193,6 @@ class RedisBackend:
     def delete_group(self, group_id: str) -> None:
         key = self.group_key(group_id)
         self._retrying(f"delete group {group_id}", lambda connected: connected.client.delete(key))
-
-    def apply_chord(self, group_id: str, header: Any) -> None:
-        """Save the header as a group when a part of it is a group itself (its shape is what the
-        body gets), kept ``result_chord_expires``: what Celery's Redis backend does; a header
-        of plain tasks needs nothing before it is sent."""
-        _, children = header
-        if any(child[1] is not None for child in children):
-            self._set_chord_key(group_id, "", self.codec.encode({"result": header}))
-
-    def set_chord_size(self, group_id: str, size: int) -> None:
-        """``<group key>.s`` = ``size``, after deleting ``<group key>.c`` (the claim of a previous
-        run of a chord sent again under the same group id), as Celery's Redis backend does."""
-        claim = self.group_key(group_id, ".c")
-        self._retrying(f"reset the chord of group {group_id}",
-                       lambda connected: connected.client.delete(claim))
-        self._set_chord_key(group_id, ".s", size)
-
-    def _set_chord_key(self, group_id: str, suffix: str, value: Any) -> None:
-        key = self.group_key(group_id, suffix)
-        seconds = round(self.chord_expires) if self.chord_expires else None
-        self._retrying(f"store the chord state of group {group_id}",
-                       lambda connected: connected.client.set(key, value, ex=seconds))
 
     def close(self) -> None:
         with self._lock:

@@ -23,7 +23,8 @@ DEFAULT_RETRY_POLICY: Mapping[str, float] = {"max_retries": 20, "interval_start"
 _CONNECTION = ("socket_timeout", "socket_connect_timeout", "socket_keepalive", "socket_keepalive_options",
                "retry_on_timeout", "max_connections", "health_check_interval", "client_name", "username",
                "password")
-_OWN = ("global_keyprefix", "master_name", "sentinel_kwargs", "min_other_sentinels", "retry_policy")
+_OWN = ("global_keyprefix", "master_name", "sentinel_kwargs", "min_other_sentinels", "retry_policy",
+        "result_chord_ordered")
 #: Read by other Celery backends or brokers; accepted so a shared configuration keeps working.
 _IGNORED = ("visibility_timeout",)
 KNOWN = frozenset({*_CONNECTION, *_OWN, *_IGNORED})
