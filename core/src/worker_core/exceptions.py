@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "BackendDisabled",
     "CanvasError",
+    "ChordError",
     "ConfigurationError",
     "ConnectionLostError",
     "ContentDisallowed",
@@ -203,6 +204,11 @@ class SoftTimeLimitExceeded(TaskError):
 
 class WorkerLostError(TaskError):
     """The process running a task died before reporting a result."""
+
+
+class ChordError(TaskError):
+    """A chord's body cannot run: a header task failed (``Dependency <id> raised ...``), or its
+    results could not be joined or the body could not be sent."""
 
 
 class TaskRevokedError(TaskError):

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
-from .exceptions import Ignore, Reject, ResultError, Retry
+from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry
 from .protocol import parse_iso, safe_repr, shown, utcnow
 from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
 
 if TYPE_CHECKING:
     from .app.base import App
+    from .canvas.after import Workflow
     from .plugins.hooks import Hooks
 
 __all__ = ["Outcome", "execute", "install", "process_finalizer", "process_initializer", "request_mapping"]
@@ -83,12 +84,16 @@ def _store(
 
 
 def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
-            log_result: bool) -> Outcome:
-    """Run task ``name`` with ``args``/``kwargs`` and store its state.
+            log_result: bool, embed: Mapping[str, Any] | None = None) -> Outcome:
+    """Run task ``name`` with ``args``/``kwargs``, store its state, and do what follows it
+    (:mod:`worker_core.canvas.after`).
 
     :param fields: the request's message fields, in :data:`MESSAGE_FIELDS` order (retries, eta,
         root_id, delivery_info, ...).
     :param log_result: put the return value's repr in the outcome (for the worker's log).
+    :param embed: the message's embed when it holds something to do after the task (callbacks,
+        errbacks, a chain, a chord), with ``replaced_task_nesting`` when the task replaced
+        another; None for a plain task.
     """
     app = _app
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
@@ -104,11 +109,27 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
     handlers = task.handlers  # empty unless the task's class overrides one (decided once)
     serializer = task.result_serializer
     started = perf_counter()
+    workflow: Workflow | None = None
+    if embed is not None:
+        from .canvas.after import Workflow
+
+        try:
+            workflow = Workflow.read(app, embed, context)
+        except CanvasError as exc:
+            return _unusable_embed(app, context, exc, store, request, serializer)
     if store and task.track_started:
         _store(app, task_id, {"pid": os.getpid(), "hostname": context.hostname}, STARTED, None, request,
                serializer)
     push(context)
     try:
+        if workflow is not None and context.delivery_info.get("redelivered"):
+            try:
+                if workflow.already_succeeded(context):
+                    return ("ignored", perf_counter() - started)
+            except Exception as exc:
+                logger.exception("Task %s[%s] was delivered again and had succeeded, but what follows it "
+                                 "could not be sent again: it goes back to the queue", name, task_id)
+                return ("reject", perf_counter() - started, True, safe_repr(exc, 200))
         if "task_prerun" in hooks:
             _hook("task_prerun", task_id=task_id, task=task, args=args, kwargs=kwargs, request=context)
         try:
@@ -143,26 +164,40 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
                       traceback=exc.__traceback__, request=context)
             if store:
                 _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request, serializer)
+            if workflow is not None:
+                workflow.failed(context, exc, text)
             if handlers:
                 _failed(task, handlers, context, exc, text)
             _postrun(hooks, task, task_id, args, kwargs, exc, FAILURE, context)
             return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
         runtime = perf_counter() - started
+        if workflow is not None:
+            # sent before the result is stored, so that it lists them as its children
+            try:
+                workflow.succeeded(context, retval)
+            except Exception as exc:
+                error: Exception = CanvasError(f"the task returned but what follows it could not be sent: "
+                                               f"{type(exc).__name__}: {exc}")
+                return _failed_after(app, hooks, task, handlers, context, workflow, error, store, request,
+                                     serializer, runtime)
         if "task_success" in hooks:
             _hook("task_success", task=task, task_id=task_id, result=retval, request=context)
         if store:
+            if context.children:
+                request["children"] = [child.as_tuple() for child in context.children]
             try:
                 _store(app, task_id, retval, SUCCESS, None, request, serializer)
             except Exception as exc:  # the value could not be encoded, or the backend failed
-                text = traceback.format_exc()
                 error = ResultError(
                     f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
                 )
-                _safe_store(app, task_id, encode_exception(error), FAILURE, text, request, serializer)
-                if handlers:
-                    _failed(task, handlers, context, error, text)
-                _postrun(hooks, task, task_id, args, kwargs, error, FAILURE, context)
-                return ("failure", runtime, type(exc).__name__, safe_repr(error, 500), text)
+                return _failed_after(app, hooks, task, handlers, context, workflow, error, store, request,
+                                     serializer, runtime)
+        if workflow is not None:
+            try:
+                workflow.counted(context, SUCCESS, retval)
+            except Exception:
+                logger.exception("Task %s[%s] succeeded, and its chord could not count it", name, task_id)
         if handlers:
             label = _label(context)
             if "on_success" in handlers:
@@ -190,6 +225,35 @@ def _failed(task: Any, handlers: frozenset[str], context: TaskContext, exc: Base
     if "after_return" in handlers:
         call_handler(task, "after_return", label, FAILURE, exc, context.id, context.args, context.kwargs,
                      None)
+
+
+def _failed_after(app: App, hooks: set[str] | frozenset[str], task: Any, handlers: frozenset[str],
+                  context: TaskContext, workflow: Workflow | None, error: Exception, store: bool,
+                  request: dict[str, Any], serializer: str | None, runtime: float) -> Outcome:
+    """A task that returned but whose result could not be stored or whose next steps could not
+    be sent: FAILURE with the reason, and what follows a failure."""
+    text = traceback.format_exc()
+    logger.error("Task %s: %s", _label(context), error)
+    task_id = str(context.id)
+    if store:
+        _safe_store(app, task_id, encode_exception(error), FAILURE, text, request, serializer)
+    if workflow is not None:
+        workflow.failed(context, error, text)
+    if handlers:
+        _failed(task, handlers, context, error, text)
+    _postrun(hooks, task, task_id, context.args, context.kwargs, error, FAILURE, context)
+    return ("failure", runtime, type(error).__name__, safe_repr(error, 500), text)
+
+
+def _unusable_embed(app: App, context: TaskContext, error: CanvasError, store: bool,
+                    request: Mapping[str, Any], serializer: str | None) -> Outcome:
+    """A message whose canvas this worker cannot honour: its task is not run, and its result is
+    FAILURE with the reason, so no client waits for what would never come."""
+    logger.error("Task %s not run: its message carries a canvas this worker cannot honour: %s",
+                 _label(context), error)
+    if store:
+        _safe_store(app, str(context.id), encode_exception(error), FAILURE, None, request, serializer)
+    return ("failure", 0.0, type(error).__name__, safe_repr(error, 500), f"{type(error).__name__}: {error}")
 
 
 def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: list[Any],

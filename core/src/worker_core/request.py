@@ -8,6 +8,7 @@ terminated) read best side by side.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .app.context import TaskContext
@@ -24,9 +25,17 @@ if TYPE_CHECKING:
     from .app.task import Task
     from .consumer.consumer import Consumer
 
-__all__ = ["LOST_HEADER", "Request"]
+__all__ = ["LOST_HEADER", "Request", "has_workflow"]
 
 logger = logging.getLogger("worker.request")
+
+
+def has_workflow(embed: Mapping[str, Any] | None) -> bool:
+    """Whether a message's embed holds anything to do after its task (callbacks, errbacks, a
+    chain, a chord): Celery's client sends the four keys, null for a plain task."""
+    if not embed:
+        return False
+    return bool(embed.get("callbacks") or embed.get("errbacks") or embed.get("chain") or embed.get("chord"))
 
 
 class Request:
@@ -140,13 +149,25 @@ class Request:
 
     # -- running -----------------------------------------------------------------------------
 
+    def workflow_embed(self) -> dict[str, Any] | None:
+        """What the executor needs of the message's canvas (see
+        :func:`~worker_core.execution.execute`): None for a plain task, decided here once."""
+        envelope = self.envelope
+        nesting = envelope.headers.get("replaced_task_nesting")
+        if not has_workflow(envelope.embed) and not nesting:
+            return None
+        embed = dict(envelope.embed or {})
+        if nesting and isinstance(nesting, int):
+            embed["replaced_task_nesting"] = nesting
+        return embed
+
     def execute_using_pool(self, pool: Any) -> None:
         soft, hard = self.limits()
         envelope = self.envelope
         self.pool_job = pool.apply_async(
             execute,
             (self.name, self.id, envelope.args, envelope.kwargs, self.message_fields(),
-             self.consumer.result_reprs),
+             self.consumer.result_reprs, self.workflow_embed()),
             callback=self.on_result,
             error_callback=self.on_error,
             accept_callback=self.on_accepted,
@@ -237,6 +258,7 @@ class Request:
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
+        self.follow(FAILURE, exc, text)
         if isinstance(exc, TimeLimitExceeded) and self.task.handlers:
             # its process is gone: the handlers run here, as in Celery
             self._call_handlers([("on_failure", (exc, self.id, self.envelope.args, self.envelope.kwargs,
@@ -293,7 +315,9 @@ class Request:
         self._mark_revoked(reason)
 
     def _mark_revoked(self, reason: str) -> None:
-        self.store(encode_exception(TaskRevokedError(reason)), REVOKED, None)
+        error = TaskRevokedError(reason)
+        self.store(encode_exception(error), REVOKED, None)
+        self.follow(REVOKED, error, None)
         self.consumer.notify("task_revoked", request=self, reason=reason)
         self.acknowledge()
 
@@ -363,6 +387,31 @@ class Request:
                 self.consumer.tasks.reject(self.message, requeue=True)
             else:
                 self.consumer.tasks.dead_letter(self.message, reason or f"task {self.label} was rejected")
+
+    def follow(self, state: str, exc: BaseException, traceback: str | None) -> None:
+        """What follows a task failed or revoked here, in the main process (its process could
+        not: a time limit, a lost process, a revoke), as in Celery: the chord counts it, and a
+        failure fails the rest of its chain and calls its errbacks."""
+        embed = self.workflow_embed()
+        if embed is None:
+            return
+        from .app.context import pop, push
+        from .canvas.after import Workflow
+
+        envelope = self.envelope
+        context = TaskContext(self.id, self.name, envelope.args, envelope.kwargs, *self.message_fields())
+        context.called_directly = False
+        push(context)
+        try:
+            workflow = Workflow.read(self.consumer.app, embed, context)
+            if state == REVOKED:
+                workflow.revoked(context, exc)
+            else:
+                workflow.failed(context, exc, traceback)
+        except Exception:
+            logger.exception("Task %s: what follows its %s could not be done", self.label, state)
+        finally:
+            pop()
 
     def store(self, result: Any, state: str, traceback: str | None) -> None:
         if self.envelope.ignore_result or self.task.ignore_result:

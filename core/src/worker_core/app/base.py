@@ -25,7 +25,7 @@ from ..selection import default_result_url
 from ..slots import RepliesToSender, ResultBackend
 from . import sending
 from .broker import broker_urls, connect_for_publishing
-from .context import current_context
+from .context import add_child, current_context
 from .delays import ENTRY_EXCHANGE, delayed_routing_key
 from .inequivalent import mismatch_of
 from .queues import Topology
@@ -404,9 +404,12 @@ class App:
             raise ValueError(f"priority must be a whole number from 0 to 255 (got {priority!r})")
         task_id = task_id or str(uuid.uuid4())
         current = current_context()
-        if current.id and not current.called_directly:
+        in_task = bool(current.id) and not current.called_directly
+        if in_task:
             parent_id = parent_id or current.id
             root_id = root_id or current.root_id
+            if options and options.pop("add_to_parent", True) is False:
+                in_task = False
         ignore = self.settings.task_ignore_result if ignore_result is None else ignore_result
         replies = self._replies
         if replies is None:
@@ -442,7 +445,10 @@ class App:
         self._publish(name, message.body, destination, serializer or self.settings.task_serializer,
                       message.headers, priority=priority, expiration=message.expiration,
                       delay=countdown if eta is None else message.headers.get("eta"), **message.properties)
-        return AsyncResult(task_id, self)
+        result = AsyncResult(task_id, self)
+        if in_task:  # a child of the running task, stored with its result as Celery's worker does
+            add_child(result)
+        return result
 
     def _publish(self, name: str, body: Any, destination: Destination, serializer: str,
                  headers: dict[str, Any],

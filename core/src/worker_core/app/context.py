@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-__all__ = ["MESSAGE_FIELDS", "TaskContext", "current_context", "pop", "push", "pushed"]
+__all__ = ["MESSAGE_FIELDS", "TaskContext", "add_child", "current_context", "pop", "push", "pushed",
+           "workflow_options"]
 
 
 @attrs.define(slots=True)
@@ -40,6 +41,18 @@ class TaskContext:
     headers: dict[str, Any] | None = None
     is_eager: bool = False
     called_directly: bool = True
+    #: The message's canvas (its embed), as the message carries it, as Celery's request has it:
+    #: the signatures sent with the return value (``link``), those sent with the task's id if
+    #: it fails (``link_error``), the rest of its chain (last step first) and the body of the
+    #: chord whose header it is part of.
+    callbacks: list[Any] | None = None
+    errbacks: list[Any] | None = None
+    chain: list[Any] | None = None
+    chord: Mapping[str, Any] | None = None
+    #: how many times the task was replaced on its way here (``Task.replace``)
+    replaced_task_nesting: int = 0
+    #: the results of the tasks sent while this one runs, stored with its result (``children``)
+    children: list[Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=False)
@@ -76,6 +89,41 @@ _local = threading.local()
 def current_context() -> TaskContext:
     stack = getattr(_local, "stack", None)
     return stack[-1] if stack else _EMPTY
+
+
+def workflow_options(request: TaskContext) -> dict[str, Any]:
+    """The options that send a task again with the same place in its workflow (a retry): its
+    callbacks, errbacks, the rest of its chain, its chord and place in its group, as the message
+    carried them."""
+    options: dict[str, Any] = {}
+    if request.callbacks:
+        options["link"] = request.callbacks
+    if request.errbacks:
+        options["link_error"] = request.errbacks
+    if request.chain:
+        options["chain"] = request.chain
+    if request.chord is not None:
+        options["chord"] = request.chord
+    if request.group_index is not None:
+        options["group_index"] = request.group_index
+    if request.replaced_task_nesting:
+        options["replaced_task_nesting"] = request.replaced_task_nesting
+    if options:  # not recorded as a child of itself
+        options["add_to_parent"] = False
+    return options
+
+
+def add_child(result: Any) -> None:
+    """Record ``result`` (of a task just sent) as a child of the task this thread runs for a
+    worker, stored with that task's result as Celery's worker stores it; nothing outside one."""
+    stack = getattr(_local, "stack", None)
+    if stack:
+        current = stack[-1]
+        if current.id and not current.called_directly:
+            if current.children is None:
+                current.children = [result]
+            else:
+                current.children.append(result)
 
 
 def push(context: TaskContext) -> None:

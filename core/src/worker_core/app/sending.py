@@ -19,16 +19,17 @@ __all__ = ["CANVAS_OPTIONS", "IGNORED_OPTIONS", "PLAIN", "Extra", "as_list", "ex
 #: the chord whose header the task is part of), ``group_index``, ``headers`` (added to the
 #: message's headers), ``reply_to``, ``route_name`` (route as that task would be),
 #: ``argsrepr``/``kwargsrepr``, ``stamped_headers`` (names the options that are Celery stamps,
-#: each sent in the ``stamps`` header), and the publish's ``retry`` (bool) and ``retry_policy``
+#: each sent in the ``stamps`` header), ``replaced_task_nesting`` (how many times the task
+#: replaced another: ``Task.replace``), and the publish's ``retry`` (bool) and ``retry_policy``
 #: (kombu's: ``max_retries``, ``interval_start``, ``interval_step``, ``interval_max``).
 CANVAS_OPTIONS = frozenset({"link", "link_error", "chain", "chord", "group_index", "headers", "reply_to",
                             "route_name", "argsrepr", "kwargsrepr", "stamped_headers", "retry",
-                            "retry_policy"})
+                            "retry_policy", "replaced_task_nesting"})
 
-#: Options Celery's client keeps for itself (``add_to_parent``: it records sent tasks as the
-#: children of the task sending them, which the worker records when it stores the result) or
-#: that a signature may carry without meaning (``immutable``, set as an option by Celery's
-#: ``chord.link_error``): accepted and not sent.
+#: Options Celery's client keeps for itself (``add_to_parent``: whether a task sent while
+#: another runs is recorded as its child, which the worker stores with its result; a group
+#: records itself rather than each of its tasks) or that a signature may carry without meaning
+#: (``immutable``, set as an option by Celery's ``chord.link_error``): accepted and not sent.
 IGNORED_OPTIONS = frozenset({"add_to_parent", "immutable"})
 
 #: What a plain task adds to its publish: nothing.
@@ -50,6 +51,15 @@ def as_list(value: Any) -> Any:
     """``link``/``link_error`` as the message carries them: a list or tuple as it is, anything
     else (one signature) in a list of one."""
     return value if isinstance(value, (list, tuple)) else [value]
+
+
+def _nesting(name: str, value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise TypeError(f"send_task({name!r}): replaced_task_nesting must be a whole number, 0 or more "
+                        f"(got {value!r})")
+    return value
 
 
 def extra_options(app: App, name: str, options: Mapping[str, Any]) -> Extra:
@@ -94,6 +104,7 @@ def extra_options(app: App, name: str, options: Mapping[str, Any]) -> Extra:
         "argsrepr": options.get("argsrepr"),
         "kwargsrepr": options.get("kwargsrepr"),
         "stamps": {header: options[header] for header in stamped if header in options} if stamped else None,
+        "replaced_task_nesting": _nesting(name, options.get("replaced_task_nesting")),
     }
     publish = {key: value for key, value in (("retry", retry), ("retry_policy", policy)) if value is not None}
     return Extra(message=message, headers=headers, route_name=options.get("route_name"), publish=publish)

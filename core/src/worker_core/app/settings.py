@@ -193,6 +193,11 @@ class Settings:
     #: ``result_expires``
     result_chord_expires: float | None = attrs.field(default=None,
                                                      validator=_check(NUMBER, optional=True, minimum=0))
+    #: seconds between two looks at a chord's header by ``celery.chord_unlock`` (result backends
+    #: that do not count the header's results themselves)
+    result_chord_retry_interval: float = attrs.field(default=1.0, validator=_check(NUMBER, minimum=0))
+    #: seconds the worker completing a chord waits for the results of a header holding groups
+    result_chord_join_timeout: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0))
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     #: what stored results may be read in (serializer names or content types); None: accept_content
     result_accept_content: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple,
@@ -238,6 +243,8 @@ class Settings:
     task_track_started: bool = attrs.field(default=False, validator=_check(bool))
     #: ``chord.link_error(errback)`` links the errback to the header's tasks too, not only the body
     task_allow_error_cb_on_chord_header: bool = attrs.field(default=False, validator=_check(bool))
+    #: the tasks a task sends when it finishes (callbacks, its chain's next step) get its priority
+    task_inherit_parent_priority: bool = attrs.field(default=False, validator=_check(bool))
     task_time_limit: float | None = attrs.field(default=None,
                                                 validator=_check(NUMBER, optional=True, minimum=0))
     task_soft_time_limit: float | None = attrs.field(default=None,

@@ -21,24 +21,37 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..exceptions import CanvasError
+from ..protocol.message import safe_repr
 from .kinds import from_dict
 from .signatures import Signature
 
 if TYPE_CHECKING:
     from ..app.base import App
 
-__all__ = ["Embed", "apply_to_result", "send_callbacks", "send_errbacks", "send_next_step"]
+__all__ = ["Embed", "apply_to_result", "read_signature", "read_signatures", "send_callbacks", "send_errbacks",
+           "send_next_step"]
 
 
-def _signatures(app: App, name: str, value: Any) -> tuple[Signature, ...]:
+def read_signatures(app: App, name: str, value: Any) -> tuple[Signature, ...]:
+    """The signatures of the embed's part ``name`` (a list of their dicts, or null), sending
+    with ``app``.
+
+    :raise CanvasError: the part is not a list of signatures, named with what was received.
+    """
     if value is None:
         return ()
     if not isinstance(value, (list, tuple)):
-        raise CanvasError(f"the embed's {name!r} must be a list of signatures or null (got {value!r})")
-    return tuple(_one(app, name, item) for item in value)
+        raise CanvasError(f"the embed's {name!r} must be a list of signatures or null (got "
+                          f"{safe_repr(value, 300)})")
+    return tuple(read_signature(app, name, item) for item in value)
 
 
-def _one(app: App, name: str, value: Any) -> Signature:
+def read_signature(app: App, name: str, value: Any) -> Signature:
+    """One signature of the embed's part ``name`` (its dict), sending with ``app``.
+
+    :raise CanvasError: it is not a signature this worker can send (not Celery's layout, an
+        unknown kind), named with what was received.
+    """
     try:
         sig = from_dict(value, app=app)
     except CanvasError as exc:
@@ -72,10 +85,10 @@ class Embed:
             raise CanvasError(f"a task message's embed must be a mapping (got {embed!r})")
         chord = embed.get("chord")
         return cls(
-            callbacks=_signatures(app, "callbacks", embed.get("callbacks")),
-            errbacks=_signatures(app, "errbacks", embed.get("errbacks")),
-            chain=_signatures(app, "chain", embed.get("chain")),
-            chord=None if chord is None else _one(app, "chord", chord),
+            callbacks=read_signatures(app, "callbacks", embed.get("callbacks")),
+            errbacks=read_signatures(app, "errbacks", embed.get("errbacks")),
+            chain=read_signatures(app, "chain", embed.get("chain")),
+            chord=None if chord is None else read_signature(app, "chord", chord),
         )
 
     @property
@@ -104,7 +117,7 @@ def apply_to_result(app: App, sig: Mapping[str, Any], value: Any, *, parent_id: 
     """Send ``sig`` (a signature or its dict from a message) with ``value`` put before its own
     arguments (unless immutable), as the child of task ``parent_id`` in workflow ``root_id``;
     ``chain`` is the rest of a chain it carries on. Returns its result handle."""
-    target = sig if isinstance(sig, Signature) else _one(app, "signature", sig)
+    target = sig if isinstance(sig, Signature) else read_signature(app, "signature", sig)
     if target._app is None:
         target._app = app
     return target.apply_async((value,), parent_id=parent_id, root_id=root_id, priority=priority,

@@ -107,6 +107,8 @@ class group(Signature):
                             "group.link_error(errback)")
         if not self.tasks:
             return self.freeze()
+        from ..app.context import add_child
+
         app = self.app
         options, group_id, root_id = self._freeze_gid(options)
         prepared = list(self._prepared(self.tasks, (), group_id, root_id, app))
@@ -114,7 +116,9 @@ class group(Signature):
         result = GroupResult(group_id, results, app=app)
         if len(result) == 1 and isinstance(result[0], GroupResult):
             # group(a | group(b, c)): the inner group is the result
-            return result[0]
+            result = result[0]
+        if add_to_parent:  # the group, not each of its tasks, is a child of a task sending it
+            add_child(result)
         return result
 
     def _freeze_gid(self, options: Mapping[str, Any]) -> tuple[dict[str, Any], str, str | None]:
@@ -207,6 +211,8 @@ def _send_all(app: App, prepared: list[tuple[Signature, Any, str]], chord: Signa
         body = chord if chord is not None else sig.options.get("chord")
         size += chord_size(sig)
         if body is not None and position == len(prepared) - 1:
-            require_chords(app).set_chord_size(group_id, size)
-        sig.apply_async(chord=body, args=args, kwargs=kwargs, **options)
+            joins = require_chords(app)
+            if joins is not None:  # else celery.chord_unlock polls the header
+                joins.set_chord_size(group_id, size)
+        sig.apply_async(chord=body, args=args, kwargs=kwargs, add_to_parent=False, **options)
         yield result

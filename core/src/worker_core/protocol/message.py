@@ -139,6 +139,7 @@ def task_message(
     argsrepr: str | None = None,
     kwargsrepr: str | None = None,
     stamps: Mapping[str, Any] | None = None,
+    replaced_task_nesting: int = 0,
     now: datetime | None = None,
 ) -> OutgoingMessage:
     """A protocol v2 task message, header for header as Celery 5 sends it.
@@ -186,7 +187,7 @@ def task_message(
         "kwargsrepr": kwargsrepr,
         "origin": origin or origin_name(),
         "ignore_result": ignore_result,
-        "replaced_task_nesting": 0,
+        "replaced_task_nesting": replaced_task_nesting or 0,
         "stamped_headers": sorted(stamps) if stamps else None,
         "stamps": dict(stamps or {}),
     }

@@ -59,6 +59,7 @@ _WIRE_NAMES: dict[type[BaseException], tuple[str, str]] = {
     errors.NotRegistered: ("celery.exceptions", "NotRegistered"),
     errors.MaxRetriesExceededError: ("celery.exceptions", "MaxRetriesExceededError"),
     errors.TaskRevokedError: ("celery.exceptions", "TaskRevokedError"),
+    errors.ChordError: ("celery.exceptions", "ChordError"),
     errors.Retry: ("celery.exceptions", "Retry"),
     errors.Reject: ("celery.exceptions", "Reject"),
     errors.Ignore: ("celery.exceptions", "Ignore"),
@@ -90,8 +91,12 @@ def make_meta(
     :param result: already encoded: a plain value, or :func:`encode_exception` output for the
         exception states.
     :param request: the task's request fields; ``group`` and ``parent_id`` are copied when set,
-        and with ``extended`` also name, args, kwargs, worker (hostname), retries and queue.
+        and with ``extended`` also name, args, kwargs, worker (hostname), retries and queue; its
+        ``children`` (the result tuples of the tasks it sent) are stored unless ``children`` is
+        given.
     """
+    if children is None and request:
+        children = request.get("children")
     meta: dict[str, Any] = {
         "status": state,
         "result": result,
