@@ -23,15 +23,28 @@ def published(embedded_broker):
     basic.app.unregister_hooks(name)
 
 
-def test_a_chord_on_a_backend_that_cannot_join_it_is_refused_before_anything_is_sent(published):
-    chord = canvas.chord([basic.add.s(1, 1), basic.add.s(2, 2)], basic.tsum.s())
-    with pytest.raises(ConfigurationError, match=r"a chord needs a result backend that joins .* the result "
-                                                 r"backend worker_core.results.embedded.EmbeddedBackend "
-                                                 r"\(embedded://.*use the Redis result backend"):
-        chord.delay()
-    with pytest.raises(ConfigurationError, match="a chord needs"):
-        (canvas.group(basic.add.s(1, 1), basic.add.s(2, 2)) | basic.tsum.s() | basic.mul.s(2)).delay()
+def test_a_chord_without_a_result_backend_is_refused_before_anything_is_sent(published):
+    basic.app.conf.update(result_backend="disabled://")
+    try:
+        chord = canvas.chord([basic.add.s(1, 1), basic.add.s(2, 2)], basic.tsum.s())
+        with pytest.raises(ConfigurationError, match=r"a chord needs a result backend that keeps the "
+                                                     r"header's results, and the result backend "
+                                                     r"worker_core.results.disabled.DisabledBackend "
+                                                     r"\(disabled://\) keeps none: configure one"):
+            chord.delay()
+        with pytest.raises(ConfigurationError, match="a chord needs"):
+            (canvas.group(basic.add.s(1, 1), basic.add.s(2, 2)) | basic.tsum.s() | basic.mul.s(2)).delay()
+    finally:
+        basic.app.conf.update(result_backend=None)
     assert published == []
+
+
+def test_a_chord_on_the_embedded_backend_is_counted_there(published):
+    """The embedded backend joins chords itself: the client records the chord's size there and
+    sends only the header (no celery.chord_unlock)."""
+    result = canvas.chord([basic.add.s(1, 1), basic.add.s(2, 2)], basic.tsum.s()).delay()
+    assert published == ["apps.basic.add", "apps.basic.add"]
+    assert result.parent is not None and len(result.parent.results) == 2
 
 
 def test_groups_chains_and_links_need_no_more_than_a_backend(published):

@@ -3,8 +3,9 @@ chunks), wire-identical to Celery's, as one representation for clients and worke
 
 A client builds them from tasks (``add.s(2, 2) | add.s(4)``, ``group(...)``, ``chord(...)``) and
 sends them with ``apply_async()``; a worker rebuilds the signatures a message carries with
-:func:`from_dict`/:func:`maybe_signature` (or :class:`~.embed.Embed`) and sends what follows a
-finished task with the helpers of :mod:`.embed`.
+:func:`from_dict`/:func:`maybe_signature` (or :class:`~.embed.Embed`) and does what follows a
+finished task with :mod:`.after` (callbacks, the chain's next step, errbacks), :mod:`.joins`
+(chords) and the built-in tasks of :mod:`worker_core.app.builtins`.
 """
 
 from .chains import chain

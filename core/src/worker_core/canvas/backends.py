@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..exceptions import ConfigurationError
 from ..redaction import redact_url
-from ..slots import JoinsChords, RepliesToSender, SavesGroups
+from ..slots import DiscardsResults, JoinsChords, RepliesToSender, SavesGroups
 
 if TYPE_CHECKING:
     from ..app.base import App
@@ -22,10 +22,13 @@ def _describe(app: App) -> str:
     return f"{type(backend).__module__}.{type(backend).__qualname__} ({redact_url(app.result_url())})"
 
 
-def require_chords(app: App) -> JoinsChords:
-    """The app's result backend, which must join chords (:class:`~worker_core.slots.JoinsChords`).
+def require_chords(app: App) -> JoinsChords | None:
+    """The app's result backend when it joins chords itself
+    (:class:`~worker_core.slots.JoinsChords`); None when it does not, and a chord is joined by
+    Celery's ``celery.chord_unlock`` task polling the header's results.
 
-    :raise ConfigurationError: it cannot; nothing has been sent.
+    :raise ConfigurationError: the backend keeps no results (``disabled``) or sends each to
+        the task's sender (``rpc``), so nothing can join a chord; nothing has been sent.
     """
     backend = app.backend
     if isinstance(backend, JoinsChords):
@@ -37,11 +40,12 @@ def require_chords(app: App) -> JoinsChords:
             f"header's results (a group piped into a task is a chord too). Use the Redis result backend, "
             f"for example {_EXAMPLE} (worker-transport-redis)"
         )
-    raise ConfigurationError(
-        f"a chord needs a result backend that joins the header's results and sends the body, and "
-        f"the result backend {_describe(app)} cannot: use the Redis result backend, for example "
-        f"{_EXAMPLE} (worker-transport-redis)"
-    )
+    if isinstance(backend, DiscardsResults) and backend.discards_results:
+        raise ConfigurationError(
+            f"a chord needs a result backend that keeps the header's results, and the result backend "
+            f"{_describe(app)} keeps none: configure one, for example {_EXAMPLE}"
+        )
+    return None
 
 
 def require_groups(app: App) -> SavesGroups:

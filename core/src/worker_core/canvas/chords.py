@@ -163,10 +163,12 @@ class chord(Signature):
             interval: float | None = None, countdown: float = 1, max_retries: int | None = None,
             task_id: str | None = None, kwargs: Mapping[str, Any] | None = None,
             header_delay: Mapping[str, Any] | None = None, **options: Any) -> Any:
-        """Freeze the body, let the result backend prepare the join, send the header.
+        """Freeze the body, let the result backend prepare the join (or send
+        ``celery.chord_unlock`` to poll it, for a backend that does not join), send the header.
 
-        ``interval``, ``countdown`` and ``max_retries`` are Celery's ``chord_unlock`` options (for
-        backends that poll the header), unused by backends that join natively.
+        ``interval``, ``countdown`` and ``max_retries`` are Celery's ``chord_unlock`` options: the
+        pause between two looks at the header (``result_chord_retry_interval`` when None), when
+        the first look is, and how many looks at most (None: until it is complete).
         """
         from ..app.groupresult import GroupResult
         from .backends import require_chords
@@ -196,7 +198,12 @@ class chord(Signature):
         header.options["task_id"] = group_id
         _, header_results = header.freeze_tasks(group_id=group_id, chord=body, root_id=root_id)
         if header.tasks:
-            joins.apply_chord(group_id, GroupResult(group_id, header_results, app=app).as_tuple())
+            header_tuple = GroupResult(group_id, header_results, app=app).as_tuple()
+            if joins is not None:
+                joins.apply_chord(group_id, header_tuple)
+            else:
+                _send_chord_unlock(app, group_id, body, header_tuple, interval=interval, countdown=countdown,
+                                   max_retries=max_retries)
             header_result = header.apply_async(partial_args, kwargs, task_id=group_id,
                                                **dict(options, **delay))
         else:
@@ -247,6 +254,19 @@ class chord(Signature):
 
     def __repr__(self) -> str:
         return f"chord({self.tasks!r}, {self.body!r})" if self.body is not None else f"chord({self.tasks!r})"
+
+
+def _send_chord_unlock(app: App, group_id: str, body: Signature, header: Any, *, interval: float | None,
+                       countdown: float, max_retries: int | None) -> None:
+    """Send ``celery.chord_unlock`` as Celery's client does for a backend that does not join
+    chords: routed as the body, with its priority, to look at the header after ``countdown``."""
+    body_task = body.type
+    queue = body.options.get("queue") or (body_task.queue if body_task is not None else None)
+    priority = body.options.get("priority", body_task.priority if body_task is not None else None)
+    app.send_task("celery.chord_unlock", (group_id, body), {"interval": interval, "max_retries": max_retries,
+                                                            "result": header[1]},
+                  countdown=countdown, queue=queue, priority=priority,
+                  route_name=None if queue else body.task)
 
 
 def _is_group(sig: Any) -> bool:

@@ -77,7 +77,9 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
 
 def unknown_task(consumer: Consumer, name: str) -> NotRegistered:
     """The error for a message naming a task this worker does not have, with the closest names."""
-    known = sorted(consumer.app.tasks)
+    from ..app.builtins import builtin_names
+
+    known = builtin_names(consumer.app.tasks, builtins=False)  # Celery's built-ins go unsaid
     shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
     return NotRegistered(
         f"unknown task {name!r}: this worker has no task of that name.{did_you_mean(name, known)} "

@@ -114,7 +114,11 @@ def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[s
 
 def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False,
                **_celery: Any) -> list[str]:
-    return sorted(worker.app.tasks)
+    """The tasks' names; Celery's built-in tasks (``celery.*``) only with ``builtins``, as Celery
+    lists them."""
+    from ..app.builtins import builtin_names
+
+    return builtin_names(worker.app.tasks, bool(builtins))
 
 
 def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:

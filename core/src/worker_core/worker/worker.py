@@ -83,6 +83,9 @@ class Worker:
 
     def start(self) -> None:
         """Start every step; returns once the worker has stopped (warm or cold)."""
+        from ..app.builtins import register_builtin_tasks
+
+        register_builtin_tasks(self.app)  # before the pool's processes fork: they run them too
         execution.install(self.app, self.plugins.hooks)
         _warn_about_unsafe_content(self.app.settings.accept_content)
         if self.options.statedb:
