@@ -13,7 +13,7 @@ import random
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 import attrs
 
@@ -23,7 +23,7 @@ from ..protocol.headers import DEAD_LETTER_HEADERS
 from ..rates import parse_rate
 from ..results.meta import EXCEPTION_STATES, encode_exception
 from . import task_options as check
-from .context import TaskContext, current_context, pushed
+from .context import TaskContext, current_context, pushed, workflow_options
 from .delays import strip_delay
 from .handlers import HANDLERS, ExceptionInfo, overridden
 
@@ -437,7 +437,7 @@ class Task:
                 parent_id=request.parent_id,
                 group_id=request.group,
                 ignore_result=request.ignore_result,
-                **options,
+                **{**workflow_options(request), **options},
             )
         except Exception as publish_error:
             raise Reject(publish_error, requeue=False) from publish_error
@@ -520,6 +520,21 @@ class Task:
         from ..canvas.maps import chunks
 
         return chunks(self.s(), it, n, app=self.app)
+
+    def replace(self, sig: Signature) -> NoReturn:
+        """Replace this running task with ``sig``, which takes over its id and its place in its
+        workflow; the task ends here (``return self.replace(sig)`` reads best). See
+        :func:`worker_core.canvas.replace.replace`."""
+        from ..canvas.replace import replace
+
+        replace(self, sig)
+
+    def add_to_chord(self, sig: Signature, lazy: bool = False) -> Any:
+        """Add ``sig`` to the chord this running task is part of (its body waits for it too).
+        See :func:`worker_core.canvas.replace.add_to_chord`."""
+        from ..canvas.replace import add_to_chord
+
+        return add_to_chord(self, sig, lazy)
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
