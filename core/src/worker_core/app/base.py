@@ -404,8 +404,8 @@ class App:
             raise ValueError(f"priority must be a whole number from 0 to 255 (got {priority!r})")
         task_id = task_id or str(uuid.uuid4())
         current = current_context()
-        in_task = bool(current.id) and not current.called_directly
-        if in_task:
+        in_task = inside = bool(current.id) and not current.called_directly
+        if inside:
             parent_id = parent_id or current.id
             root_id = root_id or current.root_id
             if options and options.pop("add_to_parent", True) is False:
@@ -436,7 +436,9 @@ class App:
             destination = self.route(extra.route_name or name, queue, exchange, routing_key, args, kwargs,
                                      options)
             message.properties.update(extra.publish)  # _publish takes retry and retry_policy
-        if not ignore:
+        if not ignore and not inside:
+            # a client subscribes to the result before sending; a worker sending what follows a
+            # task waits for none of it (as Celery's worker, which never joins)
             self.backend.on_task_call(task_id)
         if priority is None:
             priority = destination.priority
