@@ -6,16 +6,13 @@ Celery app runs under ``workerctl worker`` too (worker-celery), with the same re
 from __future__ import annotations
 
 import time
-import types
 import uuid
 
-import celery
 import pytest
-from apps import basic, celery_basic
+from apps import basic
+from canvas_shapes import WORKFLOWS, celery_client, our_client, parents
 from conftest import REDIS_TEST_URL, delete_queue
 from workers import wait_for
-
-from worker_core import canvas
 
 
 @pytest.fixture(params=["redis", "amqp"])
@@ -46,55 +43,16 @@ def celery_worker(request, workers, broker, queue):
                          env={**env, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": REDIS_TEST_URL})
 
 
-def _tasks(tasks):
-    names = ("add", "mul", "tsum", "echo", "boom", "note_failure")
-    return {name: tasks[f"apps.basic.{name}"] for name in names}
-
-
 @pytest.fixture
 def ours(broker, queue):
-    basic.app.conf.update(broker_url=broker, result_backend=REDIS_TEST_URL, task_default_queue=queue)
-    yield types.SimpleNamespace(app=basic.app, chain=canvas.chain, group=canvas.group, chord=canvas.chord,
-                                **_tasks(basic.app.tasks))
-    basic.app.conf.update(broker_url=None, result_backend=None, task_default_queue="celery")
-    basic.app.close()
+    with our_client(broker, queue) as client:
+        yield client
 
 
 @pytest.fixture
 def theirs(broker, queue):
-    app = celery_basic.client_app(broker_url=broker, result_backend=REDIS_TEST_URL, task_default_queue=queue)
-    yield types.SimpleNamespace(app=app, chain=celery.chain, group=celery.group, chord=celery.chord,
-                                **_tasks(app.tasks))
-    app.close()
-
-
-WORKFLOWS = {
-    "chain": (lambda t: t.chain(t.add.s(2, 2), t.add.s(4), t.mul.s(3)).apply_async(), 24),
-    "pipe with partial args": (lambda t: (t.add.s(2) | t.mul.s(3)).apply_async((1,)), 9),
-    "immutable chain": (lambda t: (t.add.si(1, 1) | t.add.si(2, 2) | t.add.si(3, 3)).delay(), 6),
-    "group": (lambda t: t.group(t.add.s(i, i) for i in range(5)).delay(), [0, 2, 4, 6, 8]),
-    "chord": (lambda t: t.chord([t.add.s(i, i) for i in range(5)], t.tsum.s()).delay(), 20),
-    "group | task": (lambda t: (t.group(t.add.s(1, 1), t.add.s(2, 2)) | t.tsum.s()).delay(), 6),
-    "group of chains": (lambda t: t.group(t.add.s(1, 1) | t.mul.s(2), t.add.s(2, 2) | t.mul.s(3)).delay(),
-                        [4, 12]),
-    "chain inside a chord": (lambda t: t.chord([t.add.s(1, 1) | t.mul.s(2), t.add.s(2, 2)],
-                                               t.tsum.s()).delay(), 8),
-    "chord with a chain body": (lambda t: t.chord([t.add.s(1, 1), t.add.s(2, 2)], t.tsum.s() | t.mul.s(10))
-                                .delay(), 60),
-    "chain through a chord": (lambda t: (t.add.s(1, 1) | t.group(t.mul.s(2), t.mul.s(3)) | t.tsum.s()
-                                         | t.mul.s(10)).delay(), 100),
-    "map": (lambda t: t.tsum.map([[1, 2], [3, 4]]).delay(), [3, 7]),
-    "starmap": (lambda t: t.add.starmap([(1, 2), (3, 4)]).delay(), [3, 7]),
-    "chunks": (lambda t: t.add.chunks([(i, i) for i in range(5)], 2).delay(), [[0, 2], [4, 6], [8]]),
-}
-
-
-def _parents(result):
-    found = []
-    while result is not None:
-        found.append(result)
-        result = result.parent
-    return found
+    with celery_client(broker, queue) as client:
+        yield client
 
 
 @pytest.mark.filterwarnings("ignore::celery.exceptions.CPendingDeprecationWarning")
@@ -104,7 +62,7 @@ def test_our_canvases_run_on_a_celery_worker_as_celerys_own(celery_worker, ours,
         value = our_result.get(timeout=30)
         assert value == expected == their_result.get(timeout=30), name
         # the same chain of results back to the first task, each holding what Celery's does
-        ours_chain, theirs_chain = _parents(our_result), _parents(their_result)
+        ours_chain, theirs_chain = parents(our_result), parents(their_result)
         assert [type(r).__name__ for r in ours_chain] == [type(r).__name__ for r in theirs_chain], name
         for mine, celerys in zip(ours_chain[1:], theirs_chain[1:], strict=True):
             assert mine.get(timeout=30) == celerys.get(timeout=30), name

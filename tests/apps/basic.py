@@ -201,3 +201,58 @@ def note_failure(task_id, path):
     with open(path, "a") as handle:
         handle.write(f"{task_id}\n")
     return task_id
+
+
+@app.task
+def log_error(request, exc, traceback, path):
+    """An errback called where the task failed, with its request, exception and traceback."""
+    with open(path, "a") as handle:
+        handle.write(f"{request.id} {type(exc).__name__}:{exc} {'Traceback' in (traceback or '')}\n")
+
+
+@app.task(bind=True)
+def replaced(self, x, kind):
+    """Replaces itself with a task, a chain or a group, whose result is its own."""
+    from worker_core import group
+
+    if kind == "task":
+        return self.replace(add.s(x, x))
+    if kind == "chain":
+        return self.replace(add.s(x, x) | mul.s(10))
+    return self.replace(group(add.s(x, x), mul.s(x, x)))
+
+
+@app.task(bind=True)
+def grow_chord(self, x):
+    """A chord header task that adds one more task to its chord."""
+    self.add_to_chord(add.si(x, 100))
+    return x
+
+
+@app.task(acks_late=True)
+def slow_add(x, y, seconds):
+    """A chord header task that takes a while (acknowledged once it finished)."""
+    time.sleep(seconds)
+    return x + y
+
+
+@app.task(bind=True)
+def hop(self, trail):
+    """A step of a chain that says which worker ran it."""
+    return [*trail, self.request.hostname]
+
+
+@app.task
+def collect(values, path):
+    """A chord's body that records each time it runs."""
+    import json
+
+    with open(path, "a") as handle:
+        handle.write(json.dumps(values) + "\n")
+    return sum(values)
+
+
+@app.task
+def unsendable():
+    """Returns what JSON cannot carry: the next step of its chain cannot be sent with it."""
+    return {1, 2}
