@@ -57,6 +57,8 @@ WORKFLOWS = {
                         [4, 12]),
     "chain inside a chord": (lambda t: t.chord([t.add.s(1, 1) | t.mul.s(2), t.add.s(2, 2)],
                                                t.tsum.s()).delay(), 8),
+    "chord whose header holds a group": (lambda t: t.chord([t.add.s(1, 1), t.add.s(2, 2) | t.group(
+        t.mul.s(2), t.mul.s(3))], t.echo.s()).delay(), [2, [8, 12]]),
     "chord with a chain body": (lambda t: t.chord([t.add.s(1, 1), t.add.s(2, 2)], t.tsum.s() | t.mul.s(10))
                                 .delay(), 60),
     "chain through a chord": (lambda t: (t.add.s(1, 1) | t.group(t.mul.s(2), t.mul.s(3)) | t.tsum.s()

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import re
+import types
 import uuid
 from pathlib import Path
 
 import celery.exceptions
 import pytest
 from apps import basic
-from canvas_shapes import WORKFLOWS, celery_client, our_client, parents
+from canvas_shapes import TASKS, WORKFLOWS, celery_client, our_client, parents
 from conftest import REDIS_TEST_URL, delete_queue
 from workers import wait_for
 
@@ -147,6 +148,26 @@ def test_a_retry_calls_no_errback_and_keeps_its_place_in_the_workflow(workers, b
         in_a_chord = client.chord([client.flaky.s(1), client.add.s(1, 1)], client.tsum.s()).delay()
         assert in_a_chord.get(timeout=30) == 3
         assert _lines(errbacks) == []
+
+
+def test_every_canvas_of_this_client_runs_on_the_embedded_transport_and_backend(workers, tmp_path):
+    """No server: chords are counted in the embedded file, by a prefork worker's processes."""
+    from worker_core import canvas
+
+    url = f"embedded://{tmp_path}/queue.db"
+    workers.start("-c", "2", pool="prefork", broker=url, backend=url)
+    basic.app.conf.update(broker_url=url, result_backend=url)
+    t = types.SimpleNamespace(app=basic.app, chain=canvas.chain, group=canvas.group, chord=canvas.chord,
+                              **{name: basic.app.tasks[f"apps.basic.{name}"] for name in TASKS})
+    try:
+        for name, (build, expected) in WORKFLOWS.items():
+            assert build(t).get(timeout=30) == expected, name
+        failing = t.chord([t.add.s(1, 1), t.boom.s("embedded")], t.tsum.s()).delay()
+        wait_for(failing.ready, timeout=30, message="the body of a failing chord")
+        assert str(failing.result) == f"Dependency {failing.parent.results[1].id} raised Boom('embedded')"
+    finally:
+        basic.app.conf.update(broker_url=None, result_backend=None)
+        basic.app.close()
 
 
 # -- what Celery's worker stores ------------------------------------------------------------------
