@@ -56,6 +56,8 @@ bench: venv
 	    $(BIN)/python bench/rpc_results.py --broker $(REDIS_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
 	    $(BIN)/python bench/rpc_results.py --broker $(AMQP_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
 	done
+	$(BIN)/python bench/canvas.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3
+	$(BIN)/python bench/canvas.py --broker $(AMQP_BENCH) --backend $(REDIS_BENCH) -P prefork -c 2 --repeat 3
 	$(BIN)/python bench/graph_resolution.py
 	$(BIN)/python bench/steps_graph.py
 	$(BIN)/python bench/autoscale.py --broker $(REDIS_BENCH)
