@@ -162,6 +162,24 @@ def test_a_soft_time_limit_is_caught_as_celerys_exception_and_a_hard_one_fails_t
         killed.get(timeout=10)
 
 
+def test_a_task_over_its_hard_time_limit_calls_each_errback_once(proj, signals_log):
+    """The failure is decided in the worker's main process and stored through Celery's backend,
+    which calls the errbacks: the worker's own follow-up adds nothing."""
+    from billiard.exceptions import TimeLimitExceeded
+
+    app = client()
+    killed = app.send_task(f"{PROJ}.nap", (10,), time_limit=0.5, link_error=[
+        app.signature(f"{PROJ}.on_error"), app.signature(f"{PROJ}.on_error_id")])
+    with pytest.raises(TimeLimitExceeded):
+        killed.get(timeout=10)
+    wait_for(lambda: f"errback-id {killed.id}" in signals_log.read_text(), timeout=10,
+             message="the errback sent as a task")
+    proj.wait_log(f"{PROJ}.on_error_id[")  # it ran; any second copy would have come with it
+    log = signals_log.read_text()
+    assert log.count(f"errback {killed.id} TimeLimitExceeded") == 1
+    assert log.count(f"errback-id {killed.id}") == 1
+
+
 def test_print_in_a_task_goes_to_the_log_as_celerys_worker_redirects_it(proj):
     app = client()
     assert app.send_task(f"{PROJ}.shout", ("hello there",)).get(timeout=10) == "hello there"

@@ -80,6 +80,11 @@ class CeleryRequest(Request):
         except Exception:
             logger.exception("could not store state %s for task %s", state, self.label)
 
+    def follow(self, state: str, exc: BaseException, traceback: str | None) -> None:
+        """Nothing more to do: :meth:`store` went through the Celery app's backend, whose
+        ``mark_as_failure``/``mark_as_revoked`` already counted the chord's part, failed the
+        rest of the chain and called the errbacks."""
+
     def context(self, app: Celery) -> Context:
         """Celery's ``Context`` of this request, with the embed (errbacks, chord) its backend's
         failure handling reads."""
