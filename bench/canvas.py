@@ -64,10 +64,15 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def purge(app: Any) -> None:
+    """Empty the benchmark's queue, declared as both workers declare it (a durable queue bound to
+    the direct exchange of its name)."""
+    from kombu import Exchange, Queue
+
     with app.connection_for_write() as connection:
-        channel = connection.default_channel
-        channel.queue_declare(QUEUE, durable=True, passive=False)
-        channel.queue_purge(QUEUE)
+        queue = Queue(QUEUE, Exchange(QUEUE, type="direct"), routing_key=QUEUE, durable=True)
+        bound = queue(connection.default_channel)
+        bound.declare()
+        bound.purge()
 
 
 def empty_results(backend: str) -> None:
