@@ -80,8 +80,8 @@ def test_saving_a_group_without_a_result_backend_says_what_to_configure():
 
 def test_send_task_refuses_an_option_it_cannot_honour_saying_so():
     app = App("options", broker="amqp://guest:guest@127.0.0.1:5672//")
-    with pytest.raises(TypeError, match=r"send_task\('proj.add'\) got the option 'exchange'.*"
-                                        r"routes by queue"):
-        app.send_task("proj.add", (1,), exchange="other")
+    with pytest.raises(TypeError, match=r"send_task\('proj.add'\) got the option 'mandatory', which this "
+                                        r"client does not take"):
+        app.send_task("proj.add", (1,), mandatory=True)
     with pytest.raises(TypeError, match="retry must be True or False"):
         app.send_task("proj.add", (1,), retry="yes")
