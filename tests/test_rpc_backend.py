@@ -244,6 +244,17 @@ def test_a_group_gets_every_result_and_a_chord_or_saving_a_group_is_refused_befo
     assert sent.get(timeout=TIMEOUT) == 42
 
 
+def test_a_chain_whose_first_step_fails_sends_the_failure_of_every_later_step_to_its_client(
+        served: Served, ours: Any) -> None:
+    from worker_core import chain
+
+    chained = chain(rpc.boom.s("first step", 3), rpc.add.s(1), rpc.add.s(2)).delay()
+    last = ours.AsyncResult(chained.id)  # its own state, not its parent's failure re-raised
+    with pytest.raises(rpc.Boom) as raised:
+        last.get(timeout=TIMEOUT)
+    assert raised.value.args == ("first step", 3) and last.state == "FAILURE"
+
+
 # -- this project's client and a Celery worker ------------------------------------------------------------
 
 

@@ -146,12 +146,15 @@ class Workflow:
         """For a message delivered again: when its task's SUCCESS is stored already, it is not
         run again; what it sends after itself is sent again only when its stored ``children``
         is empty (it was stopped before they were recorded, as Celery decides), and the chord
-        counts it again (once: a part counts once). False when it must run."""
-        from ..slots import DiscardsResults
+        counts it again (once: a part counts once). False when it must run, or when the
+        backend keeps nothing a worker can read (``disabled``, or ``rpc://``, which sends each
+        state to the task's client)."""
+        from ..slots import DiscardsResults, RepliesToSender
 
         app = self.app
         backend = app.backend
-        if isinstance(backend, DiscardsResults) and backend.discards_results:
+        if isinstance(backend, RepliesToSender) or (
+                isinstance(backend, DiscardsResults) and backend.discards_results):
             return False
         try:
             meta = backend.get_task_meta(str(context.id))
@@ -194,9 +197,12 @@ def fail_chain(app: App, chain: Sequence[Any], exc: BaseException, traceback: st
             except Exception:
                 already_failed = False
         if task_id:
+            # with the step's own reply_to: a backend replying to the sender (rpc://) sends the
+            # failure to the client waiting on that step, as Celery's does
             request = {"task": step.get("task"), "id": task_id, "args": step.get("args"),
                        "kwargs": step.get("kwargs"), "group": options.get("group_id"),
-                       "parent_id": options.get("parent_id")}
+                       "parent_id": options.get("parent_id"), "reply_to": options.get("reply_to"),
+                       "correlation_id": task_id}
             try:
                 backend.store_result(task_id, encoded, FAILURE, traceback, request)
             except Exception:
