@@ -523,7 +523,9 @@ def test_a_worker_that_requires_signatures_refuses_every_other_message_and_carri
         for case, (task_id, reason, ours, theirs) in refused.items():
             worker.wait_log(reason)
             lines = [line for line in worker.log().splitlines() if task_id in line]
-            assert len(lines) == 1 and reason in lines[0], (case, lines)
+            rejected = [line for line in lines if "Rejected message" in line]
+            assert len(rejected) == 1 and reason in rejected[0], (case, lines)
+            assert any("to the dead-letter queue" in line for line in lines), (case, lines)
             with pytest.raises(ours, match=re.escape(reason[:20])):
                 plain.AsyncResult(task_id).get(timeout=10)
             with pytest.raises(theirs):
