@@ -396,7 +396,7 @@ def test_each_setting_of_the_celery_app_is_translated_or_listed_with_what_the_wo
                        broker_heartbeat=None, accept_content=["json", "pickle"], task_acks_late=True,
                        worker_max_tasks_per_child=100, worker_pool="gevent", worker_prefetch_multiplier=0,
                        task_default_priority=-1, worker_direct=True, worker_proc_alive_timeout=9,
-                       broker_connection_max_retries=None)
+                       broker_connection_max_retries=None, worker_eta_task_limit=500)
     celery.finalize()
     app = CeleryApp(celery, "translated")
     settings = app.settings
@@ -404,7 +404,7 @@ def test_each_setting_of_the_celery_app_is_translated_or_listed_with_what_the_wo
     assert (settings.task_time_limit, settings.task_soft_time_limit) == (60, 50)
     assert settings.accept_content == ("json", "pickle") and settings.task_acks_late is True
     assert settings.broker_heartbeat == 0 and settings.broker_connection_max_retries is None
-    assert settings.worker_max_tasks_per_child == 100
+    assert settings.worker_max_tasks_per_child == 100 and settings.worker_eta_task_limit == 500
     assert settings.broker_url == "redis://127.0.0.1:1/0"
     assert settings.result_backend == "celery://translated"
     assert settings.worker_pool is None and settings.worker_prefetch_multiplier == 4
@@ -414,6 +414,7 @@ def test_each_setting_of_the_celery_app_is_translated_or_listed_with_what_the_wo
     assert "task_default_priority=-1: not taken, the worker's default is used instead" in notes
     assert "worker_direct: not supported; no per-worker queue is consumed" in notes
     assert "worker_proc_alive_timeout: not supported" in notes
+    assert "worker_eta_task_limit" not in notes
     assert app.tasks["celery.chord_unlock"].celery is celery.tasks["celery.chord_unlock"]
 
 

@@ -262,6 +262,11 @@ class Settings:
     worker_max_memory_per_child: int | None = attrs.field(default=None,
                                                           validator=_check(int, optional=True, minimum=1))
     worker_enable_prefetch_count_reduction: bool = attrs.field(default=True, validator=_check(bool))
+    #: most messages the worker takes while tasks wait for their ETA or countdown, as Celery's: a
+    #: held task widens the prefetch window by one up to this many messages in all, then no more
+    #: are fetched until room frees; None: no limit
+    worker_eta_task_limit: int | None = attrs.field(default=None,
+                                                    validator=_check(int, optional=True, minimum=1))
     worker_cancel_long_running_tasks_on_connection_loss: bool = attrs.field(default=False,
                                                                            validator=_check(bool))
     #: times a task whose process died (``acks_late`` + ``reject_on_worker_lost``) is sent again

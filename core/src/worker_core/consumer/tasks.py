@@ -50,6 +50,10 @@ class TaskConsumer:
         self.per_consumer = False
         #: the dead-letter queue was declared on this connection
         self._dead_letters_declared = False
+        #: ``worker_eta_task_limit``: the window sent to the broker never passes it
+        self.eta_limit = consumer.app.settings.worker_eta_task_limit
+        #: the window last sent to the broker on this connection (after the limit)
+        self._sent_prefetch: int | None = None
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -80,9 +84,12 @@ class TaskConsumer:
         )
         prefetch = self._initial_prefetch or self.max_prefetch
         self._initial_prefetch = None
+        if self.eta_limit is not None and self.eta_limit < prefetch:
+            logger.info("worker_eta_task_limit=%d caps the prefetch window of %d at %d",
+                        self.eta_limit, prefetch, self.eta_limit)
+        self._sent_prefetch = None
         self.qos = QoS(self._set_prefetch, prefetch)
         self.qos.update()
-        logger.debug("basic.qos: prefetch_count->%d", prefetch)
         self.kombu.consume()
 
     def stop(self) -> None:
@@ -96,6 +103,7 @@ class TaskConsumer:
         """The connection is gone: so are its consumer and window."""
         self.kombu = None
         self.qos = None
+        self._sent_prefetch = None
 
     def _wait_on_broker(self, connection: Any, queues: list[Any]) -> None:
         """Countdowns wait on the broker, in Celery's layout, not in this worker's memory; a
@@ -152,8 +160,21 @@ class TaskConsumer:
     # -- the prefetch window -------------------------------------------------------------------
 
     def _set_prefetch(self, prefetch_count: int) -> None:
-        if self.kombu is not None:
+        # The window counts the tasks held for their ETA (each widens it by one, so it does not
+        # block the others), and worker_eta_task_limit caps it as Celery's does: once that many
+        # messages are held, no more are fetched until one is done or comes due. (kombu's QoS
+        # sends 0, no window at all, past AMQP's largest count.)
+        prefetch_count = self._capped(prefetch_count)
+        if self.kombu is not None and prefetch_count != self._sent_prefetch:
+            logger.debug("basic.qos: prefetch_count->%d", prefetch_count)
             self.kombu.qos(prefetch_count=prefetch_count, apply_global=not self.per_consumer)
+            self._sent_prefetch = prefetch_count
+
+    def _capped(self, prefetch_count: int) -> int:
+        limit = self.eta_limit
+        if limit is not None and (prefetch_count == 0 or prefetch_count > limit):
+            return limit
+        return prefetch_count
 
     def update_qos(self) -> None:
         """Send a changed window to the broker (between loop turns: changes are batched)."""
@@ -279,4 +300,4 @@ class TaskConsumer:
         self.ack(message)
 
     def info(self) -> dict[str, Any]:
-        return {"prefetch_count": self.qos.value if self.qos is not None else None}
+        return {"prefetch_count": self._capped(self.qos.value) if self.qos is not None else None}

@@ -35,7 +35,6 @@ HANDLED_BY_CELERY = frozenset({
 UNSUPPORTED: Mapping[str, str] = {
     "worker_direct": "no per-worker queue is consumed; name the queues with -Q",
     "worker_disable_prefetch": "the prefetch window is concurrency x worker_prefetch_multiplier",
-    "worker_eta_task_limit": "tasks held for their ETA are not capped",
     "worker_soft_shutdown_timeout": "a warm shutdown waits for the running tasks, a second signal "
                                     "stops them (cold)",
     "worker_enable_soft_shutdown_on_idle": "a warm shutdown waits for the running tasks, a second signal "
