@@ -256,3 +256,34 @@ def collect(values, path):
 def unsendable():
     """Returns what JSON cannot carry: the next step of its chain cannot be sent with it."""
     return {1, 2}
+
+
+_counters = {}
+
+
+def _counter(url):
+    import redis
+
+    if url not in _counters:
+        _counters[url] = redis.Redis.from_url(url)
+    return _counters[url]
+
+
+@app.task
+def count(url, key, value):
+    """Count a run in Redis (hash ``key``, field ``value``): how many times each task ran."""
+    _counter(url).hincrby(key, value, 1)
+    return value
+
+
+@app.task(acks_late=True)
+def count_slowly(url, key, value, seconds):
+    """Count a run in Redis, then take ``seconds`` (acknowledged once it finished)."""
+    _counter(url).hincrby(key, value, 1)
+    time.sleep(seconds)
+    return value
+
+
+def runs(url, key):
+    """How many times each value was counted (see :func:`count`)."""
+    return {int(field): int(times) for field, times in _counter(url).hgetall(key).items()}

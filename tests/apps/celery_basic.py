@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import os
 
 from celery import Celery
@@ -14,7 +15,8 @@ app = Celery("celery_basic", broker=os.environ.get("CELERY_BROKER_URL"),
 app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logger=False,
                 # a test's own queue: where this worker sends the next steps of a workflow too
                 task_default_queue=os.environ.get("CELERY_DEFAULT_QUEUE", "celery"),
-                result_extended=os.environ.get("CELERY_RESULT_EXTENDED") == "1")
+                result_extended=os.environ.get("CELERY_RESULT_EXTENDED") == "1",
+                broker_transport_options=json.loads(os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS", "{}")))
 
 
 @app.task(name="apps.basic.add")
@@ -38,6 +40,14 @@ def flaky(self, failures):
 def record(path, value):
     with open(path, "a") as handle:
         handle.write(f"{value}\\n")
+    return value
+
+
+@app.task(name="apps.basic.count")
+def count(url, key, value):
+    from apps.basic import _counter
+
+    _counter(url).hincrby(key, value, 1)
     return value
 
 

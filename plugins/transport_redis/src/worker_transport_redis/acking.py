@@ -39,11 +39,7 @@ class AckingChannel(StockChannel):
         super().__init__(*args, **kwargs)
         #: set when the channel starts closing: acknowledgements are then written at once
         self.closing = False
-        conninfo = self.connection.client
-        self.ack_location: Hashable = (
-            conninfo.hostname, conninfo.port, str(conninfo.virtual_host), self.global_keyprefix,
-            self.unacked_key, self.unacked_index_key,
-        )
+        self.ack_location: Hashable = self.location
         self.acks = AckBuffer(self.ack_location)
         self._pooled_client: Any = None
 

@@ -1,6 +1,7 @@
-"""Ack emulation for the batched channels: kombu's Redis QoS (same ``unacked`` keys), except that
-acknowledgements are buffered and written in batches by the channel (:class:`AckingQoS`), and
-that messages the fetch script already recorded are not written again (:class:`FetchingQoS`)."""
+"""Ack emulation: kombu's Redis QoS (same ``unacked`` keys), holding a lease on each message it
+counts (:class:`LeasingQoS`, on every path); for the batched channels, acknowledgements are also
+buffered and written in batches by the channel (:class:`AckingQoS`), and messages the fetch
+script already recorded are not written again (:class:`FetchingQoS`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from .acks import owe
 
 if TYPE_CHECKING:
     from .channel import Channel
+    from .leases import Leases
+    from .stock import StockChannel
 
-__all__ = ["AckingQoS", "FetchingQoS"]
+__all__ = ["AckingQoS", "FetchingQoS", "LeasingQoS"]
 
 logger = logging.getLogger(__name__)
 
@@ -25,12 +28,92 @@ redis: Any = _redis
 virtual: Any = _virtual
 
 
-class AckingQoS(redis.QoS):  # type: ignore[misc]
+class LeasingQoS(redis.QoS):  # type: ignore[misc]
+    """kombu's Redis QoS, whose messages stay leased while it holds them (see :mod:`.leases`).
+
+    A message delivered again while this process still holds it (its lease lapsed: the process
+    stood still longer than the visibility timeout, or something restored it) is a copy: it is
+    recorded in ``unacked`` again, under its tag, so the original keeps a record, but it is not
+    counted in the prefetch window and the channel does not hand it to the consumer.
+    """
+
+    channel: StockChannel
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._copies: set[str] = set()
+        self._gave_up = False
+
+    @property
+    def leases(self) -> Leases:
+        return self.channel.leases
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        owner = self.leases.owner(delivery_tag)
+        self.record(message, delivery_tag)
+        if owner is None:
+            self.leases.hold(delivery_tag, self)
+            return
+        self._copies.add(delivery_tag)
+        if owner is not self:
+            # the original is counted by the QoS of an earlier channel (kept across a reconnect)
+            virtual.QoS.ack(self, delivery_tag)
+
+    def record(self, message: Any, delivery_tag: str) -> None:
+        """Record the message in ``unacked`` and count it (kombu's ``append``)."""
+        super().append(message, delivery_tag)
+
+    def take_copy(self, delivery_tag: str) -> bool:
+        """Whether the message just delivered under ``delivery_tag`` is a copy of a held one."""
+        if delivery_tag in self._copies:
+            self._copies.discard(delivery_tag)
+            return True
+        return False
+
+    def ack(self, delivery_tag: str) -> None:
+        self.leases.release(delivery_tag)
+        super().ack(delivery_tag)
+
+    def reject(self, delivery_tag: str, requeue: bool = False) -> None:
+        self.leases.release(delivery_tag)
+        super().reject(delivery_tag, requeue)
+
+    def restore_unacked_once(self, stderr: Any = None) -> Any:
+        if self._gave_up:
+            return None
+        held = self.leases.held_by(self)
+        if held:
+            problem = self._unreachable()
+            if problem is not None:
+                # kombu would announce the restore, then fail on the first message.
+                self._gave_up = True
+                logger.warning(
+                    "Did not restore %d unacknowledged message(s): Redis is unreachable (%s). Their "
+                    "records stay in Redis: they come back to a worker after the visibility timeout "
+                    "(%gs), unless this worker reconnects while it still holds them",
+                    held, problem, float(self.channel.visibility_timeout))
+                return None
+        restored = super().restore_unacked_once(stderr)
+        self.leases.release_all(self)
+        return restored
+
+    def _unreachable(self) -> str | None:
+        """Why Redis cannot be reached now, or None when it answers."""
+        try:
+            with self.channel.conn_or_acquire() as client:
+                client.ping()
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+
+class AckingQoS(LeasingQoS):
     """kombu's Redis QoS with buffered acknowledgements."""
 
     channel: Channel
 
     def ack(self, delivery_tag: str) -> None:
+        self.leases.release(delivery_tag)
         if self.channel.buffers_acks:
             self.channel.acks.add(delivery_tag)
         else:
@@ -70,16 +153,17 @@ class FetchingQoS(AckingQoS):
         #: The tag of the message being delivered whose unacked entry the fetch script wrote.
         self.prebooked: str | None = None
 
-    def append(self, message: Any, delivery_tag: str) -> None:
+    def record(self, message: Any, delivery_tag: str) -> None:
         if delivery_tag == self.prebooked:
             self.prebooked = None
             virtual.QoS.append(self, message, delivery_tag)
             return
-        super().append(message, delivery_tag)
+        super().record(message, delivery_tag)
 
     def track(self, message: Any) -> None:
         """Count ``message`` as delivered and unacked; its unacked entry is already in Redis."""
         virtual.QoS.append(self, message, message.delivery_tag)
+        self.leases.hold(message.delivery_tag, self)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if requeue and self.channel.recording(delivery_tag):

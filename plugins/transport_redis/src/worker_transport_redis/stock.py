@@ -1,5 +1,6 @@
 """kombu's own Redis channel, as the transport runs it when its fast paths are off: kombu takes
-every message with BRPOP, records it and acknowledges it, through public hooks only.
+every message with BRPOP, records it and acknowledges it, through public hooks only. The leases
+on held messages (:mod:`.leases`) are kept on this path too.
 
 kombu decodes what BRPOP returns before any message is built, so an envelope that is not JSON
 would raise out of ``drain_events`` (and stop the worker). A response callback on the channel's
@@ -9,7 +10,8 @@ carrying the reason, from which :class:`Message` builds a message to reject.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from kombu.transport import redis as _redis
@@ -20,6 +22,9 @@ from worker_core.protocol.fastjson import loads as fast_loads
 from worker_core.transports import message as _message
 from worker_core.transports.message import Unreadable, fresh_tag
 
+from .leases import Leases, leases_at, renew
+from .qos import LeasingQoS
+
 __all__ = ["Message", "StockChannel", "StockSentinelChannel", "not_json", "priority_lists", "read_envelope"]
 
 # kombu is not annotated: its modules are typed as Any here, once.
@@ -28,6 +33,8 @@ CoreMessage: Any = _message.Message
 loads: Callable[[str], Any] = fast_loads
 dumps: Callable[[Any], str] = fast_dumps
 bytes_to_str: Callable[[Any], str] = _encoding.bytes_to_str
+
+logger = logging.getLogger(__name__)
 
 #: the key of a stand-in envelope: ``{"reason": ..., "queue": ...}`` of an item that was not one
 STAND_IN = "worker-unreadable"
@@ -93,14 +100,57 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
     """kombu's Redis channel, with the core's message and envelopes checked at BRPOP."""
 
     Message = Message
+    QoS = LeasingQoS
     #: False for a channel reading BRPOP's replies itself (it checks them there)
     checks_brpop_replies = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        conninfo = self.connection.client
+        #: where this channel's ``unacked`` records live: acknowledgements and leases are kept
+        #: per location, beyond the life of one channel
+        self.location: Hashable = (
+            conninfo.hostname, conninfo.port, str(conninfo.virtual_host), self.global_keyprefix,
+            self.unacked_key, self.unacked_index_key,
+        )
+        self.leases: Leases = leases_at(self.location)
         if self.checks_brpop_replies:
             client = self.client
             client.set_response_callback("BRPOP", _checking(client.response_callbacks["BRPOP"], self))
+        if self.ack_emulation:
+            self.leases.attach(self)
+
+    def renew_leases(self, tags: Sequence[str], score: float) -> None:
+        """Set the ``unacked_index`` score of each of ``tags`` still there to ``score``."""
+        with self.conn_or_acquire() as client:
+            renew(client, self.unacked_index_key, tags, score)
+
+    def basic_consume(self, queue: str, no_ack: bool, callback: Callable[[Any], Any], consumer_tag: str,
+                      **kwargs: Any) -> Any:
+        if not no_ack:
+            callback = self._dropping_copies(callback)
+        return super().basic_consume(queue, no_ack, callback, consumer_tag, **kwargs)
+
+    def _dropping_copies(self, callback: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``callback``, except for a copy of a message this process still holds (see
+        :class:`~.qos.LeasingQoS`): running it would run the task twice."""
+        def deliver(message: Any) -> Any:
+            if self.qos.take_copy(message.delivery_tag):
+                logger.warning(
+                    "Message %s came back from Redis while this worker still holds it (its lease "
+                    "lapsed: the worker stood still for more than the visibility timeout of %gs, or "
+                    "something restored it): the copy is dropped, the message runs once",
+                    message.delivery_tag, float(self.visibility_timeout))
+                return None
+            return callback(message)
+
+        return deliver
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.leases.detach(self)
 
 
 class StockSentinelChannel(StockChannel, redis.SentinelChannel):  # type: ignore[misc]

@@ -1,0 +1,171 @@
+"""Leases on Redis: a message this worker holds (running, or waiting for its countdown) keeps its
+entry in kombu's ``unacked_index`` fresh, so no restore (its own, another worker's, a Celery
+worker's) takes it; a message of a dead worker still comes back after the visibility timeout.
+Each test has its own redis-server and a visibility timeout of 2 seconds."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from apps import basic
+from faults import RedisServer
+from workers import TESTS, children_of, wait_for
+
+VISIBILITY_TIMEOUT = 2
+#: every worker looks for unacknowledged messages older than the timeout twice a second (kombu:
+#: every 10 s), so a lease that is not renewed is noticed within the test
+OPTIONS = json.dumps({"visibility_timeout": VISIBILITY_TIMEOUT, "unacked_restore_interval": 0.5,
+                      "interval_start": 0.2, "interval_step": 0.2, "interval_max": 0.5})
+ENV = {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": OPTIONS}
+#: the fast paths, and kombu's own paths (every fast path off)
+PATHS = {"fast": {}, "stock": {"WORKER_STOCK_KOMBU": "1"}}
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(server: RedisServer):
+    basic.app.conf.update(broker_url=server.url, result_backend=None,
+                          broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
+    yield basic.app
+    basic.app.close()
+
+
+def _kill_worker(worker) -> None:
+    for pid in [*children_of(worker.pid), worker.pid]:
+        try:
+            import os
+
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    worker.process.wait(timeout=10)
+
+
+def _unacked(url: str) -> int:
+    return int(redis.Redis.from_url(url).hlen("unacked"))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_acks_late_tasks_twice_as_long_as_the_visibility_timeout_run_once_on_two_workers(
+        workers, server, client, path):
+    env = {**ENV, **PATHS[path]}
+    first = workers.start("-c", "2", pool="threads", broker=server.url, env=env)
+    second = workers.start("-c", "2", pool="threads", broker=server.url, env=env)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    for n in range(8):
+        basic.count_slowly.delay(server.url, key, n, 2 * VISIBILITY_TIMEOUT)
+    # four run at a time (two workers of two threads): two rounds of twice the timeout
+    wait_for(lambda: len(basic.runs(server.url, key)) == 8, timeout=30, message="every task to start")
+    wait_for(lambda: _unacked(server.url) == 0, timeout=15, message="every task to be acknowledged")
+    assert redis.Redis.from_url(server.url).llen("celery") == 0
+    assert basic.runs(server.url, key) == dict.fromkeys(range(8), 1)
+    for worker in (first, second):
+        assert worker.stop() == 0
+        assert "came back from Redis" not in worker.log()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_countdown_tasks_longer_than_the_visibility_timeout_run_once_each(workers, server, client, path):
+    total = 2000
+    env = {**ENV, **PATHS[path]}
+    worker = workers.start("-c", "8", pool="threads", broker=server.url, env=env)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    countdown = 2.5 * VISIBILITY_TIMEOUT
+    for n in range(total):
+        basic.count.apply_async((server.url, key, n), countdown=countdown)
+    # the worker holds them all for longer than the visibility timeout, then runs each once
+    wait_for(lambda: len(basic.runs(server.url, key)) == total, timeout=25, interval=0.2,
+             message=f"all {total} tasks to run")
+    wait_for(lambda: _unacked(server.url) == 0, timeout=10, message="every task to be acknowledged")
+    assert redis.Redis.from_url(server.url).llen("celery") == 0
+    runs = basic.runs(server.url, key)
+    assert [n for n, times in runs.items() if times != 1] == []
+    assert worker.stop() == 0
+    assert "came back from Redis" not in worker.log()
+
+
+def test_the_held_messages_of_a_killed_worker_come_back_after_the_timeout_to_another_worker(
+        workers, server, client):
+    first = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    for n in range(6):
+        basic.count.apply_async((server.url, key, n), countdown=4 * VISIBILITY_TIMEOUT)
+    wait_for(lambda: first.log().count(" received") >= 6, message="all six tasks received")
+    _kill_worker(first)
+    killed_at = time.monotonic()
+    assert _unacked(server.url) == 6  # held by no one now: no one renews them
+    workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
+    wait_for(lambda: len(basic.runs(server.url, key)) == 6, timeout=25, message="the six tasks to run")
+    # not before their lease ran out (their countdown is past by then, so they run at once)
+    assert time.monotonic() - killed_at >= VISIBILITY_TIMEOUT
+    wait_for(lambda: _unacked(server.url) == 0, message="every task to be acknowledged")
+    assert basic.runs(server.url, key) == dict.fromkeys(range(6), 1)
+
+
+def test_a_celery_worker_on_the_same_redis_does_not_take_a_leased_message(workers, server, client):
+    options = json.dumps({"visibility_timeout": VISIBILITY_TIMEOUT, "unacked_restore_throttle": 1,
+                          "unacked_restore_interval": 0.5})
+    ours = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    for n in range(3):
+        basic.count.apply_async((server.url, key, n), countdown=4 * VISIBILITY_TIMEOUT)
+    wait_for(lambda: ours.log().count(" received") >= 3, message="our worker to hold the three tasks")
+    celery = workers.start_celery(broker=server.url, env={"CELERY_BROKER_TRANSPORT_OPTIONS": options})
+    # The Celery worker restores what nobody leases: a record left by a dead consumer comes back.
+    client_redis = redis.Redis.from_url(server.url)
+    orphan = {"body": "", "headers": {}, "content-type": "application/json", "content-encoding": "utf-8",
+              "properties": {"delivery_tag": "orphan", "delivery_info": {"exchange": "", "routing_key": "x"}}}
+    client_redis.hset("unacked", "orphan", json.dumps([orphan, "", "orphan-queue"]))
+    client_redis.zadd("unacked_index", {"orphan": time.time() - 10 * VISIBILITY_TIMEOUT})
+    wait_for(lambda: client_redis.llen("orphan-queue") == 1, timeout=15,
+             message="the Celery worker to restore the orphaned record")
+    wait_for(lambda: len(basic.runs(server.url, key)) == 3, timeout=20, message="the three tasks to run")
+    wait_for(lambda: _unacked(server.url) == 0, message="every task to be acknowledged")
+    assert basic.runs(server.url, key) == dict.fromkeys(range(3), 1)
+    assert " received" in ours.log()
+    assert "Task apps.basic.count[" not in celery.log()  # it received none of them
+
+
+def test_no_restoring_line_is_logged_when_redis_is_down_at_shutdown(workers, server, client):
+    worker = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV, loglevel="DEBUG")
+    for n in range(3):
+        basic.count.apply_async((server.url, "runs", n), countdown=60)
+    wait_for(lambda: worker.log().count(" received") >= 3, message="the three tasks received")
+    server.stop()
+    worker.wait_log("Connection to broker lost")
+    assert worker.stop() == 0
+    log = worker.log()
+    assert "Restoring" not in log
+    assert "Did not restore 3 unacknowledged message(s): Redis is unreachable" in log
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_copy_of_a_held_message_is_dropped_and_the_task_runs_once(workers, server, client, path):
+    worker = workers.start("-c", "2", pool="threads", broker=server.url, env={**ENV, **PATHS[path]})
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    basic.count.apply_async((server.url, key, 0), countdown=3 * VISIBILITY_TIMEOUT)
+    worker.wait_log(" received")
+    # What a restore of the held message puts back in its queue (as if its lease had lapsed)
+    broker = redis.Redis.from_url(server.url)
+    (tag, record), = broker.hgetall("unacked").items()
+    payload, _exchange, _routing_key = json.loads(record)
+    broker.lpush("celery", json.dumps(payload))
+    worker.wait_log(f"Message {tag.decode()} came back from Redis while this worker still holds it")
+    assert broker.llen("celery") == 0
+    assert broker.hkeys("unacked") == [tag]  # recorded again, under the tag the original acknowledges
+    wait_for(lambda: basic.runs(server.url, key), timeout=15, message="the task to run")
+    wait_for(lambda: _unacked(server.url) == 0, message="the task to be acknowledged")
+    assert basic.runs(server.url, key) == {0: 1}
+    assert worker.log().count(" received") == 1
