@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import redis
 from apps import basic
+from conftest import FakeSite
 from faults import RedisServer
 from workers import TESTS, children_of, wait_for
 
@@ -94,6 +95,7 @@ def test_countdown_tasks_longer_than_the_visibility_timeout_run_once_each(worker
     assert [n for n, times in runs.items() if times != 1] == []
     assert worker.stop() == 0
     assert "came back from Redis" not in worker.log()
+    assert "does not renew the leases" not in worker.log()
 
 
 def test_the_held_messages_of_a_killed_worker_come_back_after_the_timeout_to_another_worker(
@@ -169,3 +171,38 @@ def test_a_copy_of_a_held_message_is_dropped_and_the_task_runs_once(workers, ser
     wait_for(lambda: _unacked(server.url) == 0, message="the task to be acknowledged")
     assert basic.runs(server.url, key) == {0: 1}
     assert worker.log().count(" received") == 1
+
+
+#: a transport plugin that declares it does not renew leases (Redis under another scheme)
+UNRENEWED = """
+from worker_transport_redis.transport import RedisTransport
+
+
+class UnrenewedRedis(RedisTransport):
+    renews_leases = False
+
+    def __init__(self, url, settings):
+        super().__init__("redis" + url[len("unrenewed"):], settings)
+"""
+
+
+def test_a_countdown_longer_than_a_lease_that_is_not_renewed_is_warned_about_once(
+        workers, server, client, site: FakeSite):
+    site.add("unrenewed-transport",
+             {"worker.transports": {"unrenewed": "unrenewed_transport:UnrenewedRedis"}},
+             {"unrenewed_transport": UNRENEWED})
+    env = {**ENV, "PYTHONPATH": f"{TESTS}:{site.root}"}
+    worker = workers.start("-c", "2", pool="threads", broker=server.url.replace("redis://", "unrenewed://"),
+                           env=env)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    basic.count.apply_async((server.url, key, 0), countdown=VISIBILITY_TIMEOUT / 2)
+    worker.wait_log(" received")
+    assert "does not renew the leases" not in worker.log()  # shorter than the timeout: nothing to say
+    for n in range(1, 4):
+        basic.count.apply_async((server.url, key, n), countdown=10 * VISIBILITY_TIMEOUT)
+    wait_for(lambda: worker.log().count(" received") == 4, message="the four tasks received")
+    worker.wait_log("longer than the visibility timeout of the unrenewed transport (2s), which does not "
+                    "renew the leases of the messages the worker holds")
+    log = worker.log()
+    assert log.count("does not renew the leases") == 1
+    assert "Raise broker_transport_options={'visibility_timeout': ...}" in log

@@ -26,6 +26,7 @@ from worker_core.slots import (
     REQUIRED,
     AcksSurviveReconnect,
     FixedConcurrency,
+    LeasesMessages,
     OffersResultBackend,
     PoolOptions,
     SharesOneQueue,
@@ -170,6 +171,12 @@ def test_capabilities_are_tested_on_the_class_and_on_the_instance(tmp_path: Path
     # AMQP declares the flag False: the same as not offering it
     assert not (isinstance(AmqpTransport, AcksSurviveReconnect) and AmqpTransport.acks_survive_reconnect)
     assert not isinstance(EmbeddedTransport, AcksSurviveReconnect)
+    # Redis and the embedded transport lend messages for a visibility timeout, and renew the loan
+    for leasing in (RedisTransport, EmbeddedTransport):
+        assert isinstance(leasing, LeasesMessages) and leasing.renews_leases
+        assert leasing.lease_timeout(Settings()) == 3600
+        assert leasing.lease_timeout(Settings(broker_transport_options={"visibility_timeout": 30})) == 30
+    assert not isinstance(AmqpTransport, LeasesMessages)
     assert isinstance(RedisBackend, SuccessIsFinal) and RedisBackend.success_is_final
 
 

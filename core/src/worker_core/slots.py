@@ -12,7 +12,7 @@ what every implementation must have: the plugin manager refuses a class that lac
 when it loads the class, naming each missing member. Everything optional is a small capability
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
-:class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
+:class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
 :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
@@ -51,6 +51,7 @@ __all__ = [
     "FixedConcurrency",
     "ForeignApp",
     "JoinsChords",
+    "LeasesMessages",
     "LoopContext",
     "OffersResultBackend",
     "Pool",
@@ -279,7 +280,8 @@ class Transport(Protocol):
     class attributes are read before anything is imported, and which is instantiated as
     ``Transport(url, settings)`` when the worker connects.
 
-    **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`OffersResultBackend`.
+    **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
+    :class:`OffersResultBackend`.
 
     The contract suite in :mod:`worker_core.testing.transport_contract` checks a transport against
     a real broker of its kind.
@@ -319,6 +321,27 @@ class AcksSurviveReconnect(Protocol):
     """
 
     acks_survive_reconnect: ClassVar[bool]
+
+
+@runtime_checkable
+class LeasesMessages(Protocol):
+    """A transport whose broker lends each delivered message for a limited time (a visibility
+    timeout) and then gives it, still unacknowledged, to another consumer (Redis, the embedded
+    transport, kombu's SQS).
+
+    Read on the class before anything connects (``isinstance(transport_class, LeasesMessages)``).
+    With ``renews_leases = True`` the transport renews the lease of every message the worker holds
+    (waiting for its ETA, its rate limit or a free slot, or running) well before the timeout, so a
+    task may wait or run for longer than the timeout and still runs once. With ``False``, the
+    worker warns once, naming the setting to raise, when a task's ETA or countdown is further away
+    than :meth:`lease_timeout`: the broker would deliver its message again meanwhile.
+    """
+
+    renews_leases: ClassVar[bool]
+
+    @classmethod
+    def lease_timeout(cls, settings: Settings) -> float:
+        """Seconds the broker lends a delivered message under ``settings`` (its visibility timeout)."""
 
 
 @runtime_checkable
@@ -812,7 +835,7 @@ REQUIRED: Mapping[str, type] = {
 #: The optional capabilities each slot's implementations may offer.
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob),
-    "transport": (AcksSurviveReconnect, OffersResultBackend),
+    "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend),
     "loop": (),
     "autoscaler": (),
     "failover": (),

@@ -19,6 +19,7 @@ from ..redaction import redact_value
 from .connection import BrokerConnection
 from .handler import make_handler
 from .inbox import Inbox
+from .leases import LeaseCheck
 from .reservations import Reservations
 from .tasks import TaskConsumer
 
@@ -52,6 +53,7 @@ class Consumer:
         self.broker = BrokerConnection(self)
         self.tasks = TaskConsumer(self)
         self.reservations = Reservations(self)
+        self.leases = LeaseCheck(self)
         #: the ``on_message`` callback of the task consumer
         self.on_message = make_handler(self)
         self.restart_count = 0

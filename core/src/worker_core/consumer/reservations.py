@@ -81,6 +81,7 @@ class Reservations:
         timer = self.consumer.timer
         assert timer is not None
         self.consumer.tasks.prefetch_eventually(1)
+        self.consumer.leases.check(request, delay)
         self.eta_held.add(request)
         request.timer_entry = timer.call_after(delay, self._eta_due, (request,))
 

@@ -34,7 +34,7 @@ import kombu
 from ..app.broker import task_queue
 from ..app.settings import Settings
 from ..plugins.conformance import conformance_problem
-from ..slots import AcksSurviveReconnect, OffersResultBackend, Transport
+from ..slots import AcksSurviveReconnect, LeasesMessages, OffersResultBackend, Transport
 from .proxy import proxied
 
 __all__ = ["CHECKS", "Check", "check_name", "run_all"]
@@ -179,6 +179,12 @@ def check_the_class_satisfies_the_transport_protocol(
     if isinstance(declared, AcksSurviveReconnect):
         _expect(isinstance(declared.acks_survive_reconnect, bool),
                 f"{label}.acks_survive_reconnect must be a bool (got {declared.acks_survive_reconnect!r})")
+    if isinstance(declared, LeasesMessages):
+        _expect(isinstance(declared.renews_leases, bool),
+                f"{label}.renews_leases must be a bool (got {declared.renews_leases!r})")
+        lease = declared.lease_timeout(settings or Settings())
+        _expect(isinstance(lease, (int, float)) and lease > 0,
+                f"{label}.lease_timeout(settings) must be a number of seconds above 0 (got {lease!r})")
     if isinstance(declared, OffersResultBackend):
         offered = declared.default_result_backend(url)
         _expect(offered is None or (isinstance(offered, str) and "://" in offered),

@@ -17,11 +17,13 @@ from worker_core.exceptions import ConfigurationError
 from worker_core.options import did_you_mean
 from worker_core.redaction import redact_url, redact_value
 
-__all__ = ["DEFAULT_FETCH_LIMIT", "SCHEMES", "check_options", "check_urls"]
+__all__ = ["DEFAULT_FETCH_LIMIT", "DEFAULT_VISIBILITY_TIMEOUT", "SCHEMES", "check_options", "check_urls"]
 
 SCHEMES = ("redis", "rediss", "sentinel")
 #: The most messages one round trip takes from Redis (the prefetch window limits it further).
 DEFAULT_FETCH_LIMIT = 100
+#: kombu's ``visibility_timeout`` when none is set (seconds)
+DEFAULT_VISIBILITY_TIMEOUT = 3600.0
 #: kombu's queue order strategies (``kombu.utils.scheduling.CYCLE_ALIASES``).
 QUEUE_ORDER_STRATEGIES = ("round_robin", "priority", "sorted")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .options import check_options, check_urls
+from .options import DEFAULT_VISIBILITY_TIMEOUT, check_options, check_urls
 from .tls import TLS, broker_tls
 
 if TYPE_CHECKING:
@@ -30,6 +30,13 @@ class RedisTransport:
     #: Acknowledgements name the message, not the connection: tasks received before a lost
     #: connection still run and are acknowledged after the reconnect.
     acks_survive_reconnect: ClassVar[bool] = True
+    #: While the worker holds a message, its entry in kombu's ``unacked_index`` is renewed every
+    #: quarter of ``visibility_timeout`` (see :mod:`.leases`): no restore takes it.
+    renews_leases: ClassVar[bool] = True
+
+    @classmethod
+    def lease_timeout(cls, settings: Settings) -> float:
+        return float(settings.broker_transport_options.get("visibility_timeout", DEFAULT_VISIBILITY_TIMEOUT))
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:

@@ -60,6 +60,14 @@ class EmbeddedTransport:
     """
 
     supports_async: ClassVar[bool] = False
+    #: The channel renews the reservations of the messages it holds (every quarter of
+    #: ``visibility_timeout``): a countdown longer than the timeout is not delivered twice.
+    renews_leases: ClassVar[bool] = True
+
+    @classmethod
+    def lease_timeout(cls, settings: Settings) -> float:
+        given = settings.broker_transport_options.get("visibility_timeout", OPTIONS["visibility_timeout"])
+        return float(given)
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
