@@ -77,6 +77,22 @@ def test_acks_late_tasks_twice_as_long_as_the_visibility_timeout_run_once_on_two
         assert "came back from Redis" not in worker.log()
 
 
+def test_a_solo_worker_busy_with_a_long_task_keeps_its_leases(workers, server, client):
+    # The solo pool runs the task in the loop's thread: the leases are renewed from another one.
+    solo = workers.start(pool="solo", broker=server.url, env=ENV)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    basic.count.apply_async((server.url, key, 1), countdown=VISIBILITY_TIMEOUT)  # held meanwhile
+    solo.wait_log(" received")
+    basic.count_slowly.delay(server.url, key, 0, 3 * VISIBILITY_TIMEOUT)
+    wait_for(lambda: basic.runs(server.url, key) == {0: 1}, message="the long task to start")
+    # another worker, restoring what it finds older than the timeout twice a second
+    other = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
+    wait_for(lambda: len(basic.runs(server.url, key)) == 2, timeout=20, message="both tasks to run")
+    wait_for(lambda: _unacked(server.url) == 0, message="both tasks to be acknowledged")
+    assert basic.runs(server.url, key) == {0: 1, 1: 1}
+    assert " received" not in other.log()
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_countdown_tasks_longer_than_the_visibility_timeout_run_once_each(workers, server, client, path):
     total = 2000
