@@ -17,6 +17,7 @@ connection keep their leases, renewed through the next channel to the same Redis
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Hashable, Iterable, Sequence
 from time import time
@@ -60,6 +61,8 @@ class Leases:
 
     def hold(self, tag: str, owner: object) -> None:
         self._held[tag] = owner
+        if self._thread is None:
+            self._start()
 
     def owner(self, tag: str) -> object | None:
         """The QoS holding ``tag`` in this process, or None."""
@@ -85,11 +88,18 @@ class Leases:
         """Renew through ``renewer`` (the newest attached channel is used) until it detaches."""
         with self._lock:
             self._renewers.append(renewer)
-            if self._thread is None:
-                self._wake.clear()
-                self._thread = threading.Thread(
-                    target=self._run, name=f"redis-leases-{id(self):x}", daemon=True)
-                self._thread.start()
+        if self._held:
+            self._start()
+
+    def _start(self) -> None:
+        """Start the renewing thread, unless it runs or there is no channel to renew through (a
+        process that only publishes holds nothing and runs no thread)."""
+        with self._lock:
+            if self._thread is not None or not self._renewers:
+                return
+            self._wake.clear()
+            self._thread = threading.Thread(target=self._run, name=f"redis-leases-{id(self):x}", daemon=True)
+            self._thread.start()
 
     def detach(self, renewer: LeaseRenewer) -> None:
         with self._lock:
@@ -110,6 +120,7 @@ class Leases:
                 if not self._renewers:
                     self._thread = None
                     return
+                self._wake.clear()  # (a detach followed by an attach left it set)
                 renewer = self._renewers[-1]
                 interval = self.interval()
             tags = list(self._held.copy())
@@ -141,6 +152,16 @@ def chunks(tags: Sequence[str]) -> Iterable[Sequence[str]]:
 
 _registry: dict[Hashable, Leases] = {}
 _registry_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """A forked child (a pool process) holds none of its parent's messages, and has no thread."""
+    global _registry_lock
+    _registry.clear()
+    _registry_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def leases_at(location: Hashable) -> Leases:
