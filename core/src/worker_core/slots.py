@@ -12,8 +12,9 @@ what every implementation must have: the plugin manager refuses a class that lac
 when it loads the class, naming each missing member. Everything optional is a small capability
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
-:class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
-:class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`): a plugin offers
+:class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`CountsDeliveries`,
+:class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
+:class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -44,7 +45,9 @@ __all__ = [
     "AppLoader",
     "Autoscaler",
     "AutoscalerFactory",
+    "BackendCountsDeliveries",
     "ChordCount",
+    "CountsDeliveries",
     "DiscardsResults",
     "EventLoop",
     "FailoverStrategy",
@@ -281,7 +284,7 @@ class Transport(Protocol):
     ``Transport(url, settings)`` when the worker connects.
 
     **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
-    :class:`OffersResultBackend`.
+    :class:`OffersResultBackend`, :class:`CountsDeliveries`.
 
     The contract suite in :mod:`worker_core.testing.transport_contract` checks a transport against
     a real broker of its kind.
@@ -357,6 +360,28 @@ class OffersResultBackend(Protocol):
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
         """The result backend URL to use for ``broker_url`` when none is configured, or ``None``."""
+
+
+@runtime_checkable
+class CountsDeliveries(Protocol):
+    """A transport that keeps counters on its broker, where they outlive any worker: the poison
+    cap (``worker_redelivery_limit``) counts there the starts of a message the broker delivered
+    again, so a task that takes its whole worker down (any pool) stops coming back.
+
+    Called in the worker's main process (the event loop's thread) just before a message whose
+    ``delivery_info['redelivered']`` is set goes to the pool, never for a first delivery: it
+    costs nothing on the usual path. Test for it with ``isinstance(transport, CountsDeliveries)``.
+    Without it (and without a result backend that is :class:`BackendCountsDeliveries`), only the
+    broker's own count (a RabbitMQ quorum queue's ``x-delivery-count``) and the prefork pool's
+    count of its lost children cap a poison message.
+    """
+
+    def count_delivery(self, connection: Any, key: str, expires: float) -> int:
+        """Add one to the counter ``key`` (0 when it does not exist) and return the new value, in
+        one atomic step that any number of workers may take at once; the counter is forgotten
+        ``expires`` seconds after its last count. ``connection`` is a kombu connection made with
+        :meth:`Transport.kombu_transport`. Raise on any failure (the task then runs uncounted,
+        with a log line that says so)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -539,7 +564,8 @@ class ResultBackend(Protocol):
     ``TimeoutError``) once ``timeout`` passes, saying which task and its last state.
 
     **Optional capabilities**: :class:`SuccessIsFinal`, :class:`DiscardsResults`,
-    :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`.
+    :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`,
+    :class:`BackendCountsDeliveries`.
 
     The contract suite in :mod:`worker_core.testing.result_backend_contract` checks all of this.
     """
@@ -647,6 +673,22 @@ class SavesGroups(Protocol):
 
     def delete_group(self, group_id: str) -> None:
         """Delete what is saved under ``group_id``; an unknown id is no error."""
+
+
+@runtime_checkable
+class BackendCountsDeliveries(Protocol):
+    """A result backend that keeps counters: the poison cap counts there when the transport does
+    not (:class:`CountsDeliveries`), so ``worker_redelivery_limit`` holds for every pool on a
+    RabbitMQ classic queue too (a quorum queue counts on the broker).
+
+    Called in the worker's main process just before a message the broker delivered again goes to
+    the pool. Test for it with ``isinstance(backend, BackendCountsDeliveries)``.
+    """
+
+    def count_delivery(self, key: str, expires: float) -> int:
+        """Add one to the counter ``key`` (0 when it does not exist) and return the new value,
+        atomically across processes and hosts; the counter is forgotten ``expires`` seconds after
+        its last count. Raise on any failure, at once (no retries: the worker waits on it)."""
 
 
 @attrs.frozen
@@ -835,10 +877,11 @@ REQUIRED: Mapping[str, type] = {
 #: The optional capabilities each slot's implementations may offer.
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob),
-    "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend),
+    "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries),
     "loop": (),
     "autoscaler": (),
     "failover": (),
-    "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords, RepliesToSender),
+    "result_backend": (SuccessIsFinal, DiscardsResults, SavesGroups, JoinsChords, RepliesToSender,
+                       BackendCountsDeliveries),
     "app_loader": (),
 }

@@ -22,7 +22,13 @@ from .chords import COUNT_PART, FINISH, RedisChords
 
 if TYPE_CHECKING:
     from worker_core.app.settings import Settings
-    from worker_core.slots import JoinsChords, ResultBackend, SavesGroups, SuccessIsFinal
+    from worker_core.slots import (
+        BackendCountsDeliveries,
+        JoinsChords,
+        ResultBackend,
+        SavesGroups,
+        SuccessIsFinal,
+    )
 
     from .listener import ResultListener
 
@@ -194,6 +200,18 @@ class RedisBackend(RedisChords):
         key = self.group_key(group_id)
         self._retrying(f"delete group {group_id}", lambda connected: connected.client.delete(key))
 
+    # -- the poison cap's counters ------------------------------------------------------------
+
+    def count_delivery(self, key: str, expires: float) -> int:
+        """INCR and EXPIRE ``key`` (after the ``global_keyprefix``) in one transaction, at once:
+        the worker waits on it, so a connection error is raised, not retried."""
+        name = self.config.counter_prefix + key
+        with self._current().client.pipeline(transaction=True) as pipe:
+            pipe.incr(name)
+            pipe.expire(name, max(1, round(expires)))
+            count, _ = pipe.execute()
+        return int(count)
+
     def close(self) -> None:
         with self._lock:
             connected, self._connected = self._connected, None
@@ -282,3 +300,4 @@ if TYPE_CHECKING:
     _FINAL: type[SuccessIsFinal] = RedisBackend
     _GROUPS: type[SavesGroups] = RedisBackend
     _CHORDS: type[JoinsChords] = RedisBackend
+    _COUNTS: type[BackendCountsDeliveries] = RedisBackend

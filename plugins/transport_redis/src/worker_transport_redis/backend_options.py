@@ -46,6 +46,8 @@ class BackendConfig:
         self.key_prefix = f"{prefix}celery-task-meta-"
         #: saved groups, and a chord's join state (its size: ``<group key>.s``)
         self.group_prefix = f"{prefix}celery-taskset-meta-"
+        #: the worker's own counters (the poison cap's)
+        self.counter_prefix = prefix
         policy = dict(DEFAULT_RETRY_POLICY)
         policy.update(self.options.get("retry_policy") or {})
         self.retry_policy = policy

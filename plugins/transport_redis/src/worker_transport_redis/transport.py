@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core.app.settings import Settings
-    from worker_core.slots import AcksSurviveReconnect, Transport
+    from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, Transport
 
 __all__ = ["RedisTransport"]
 
@@ -90,8 +90,28 @@ class RedisTransport:
                 pipe.llen(name)
             return int(sum(pipe.execute()))
 
+    def count_delivery(self, connection: Connection, key: str, expires: float) -> int:
+        """INCR and EXPIRE ``key`` (under the channel's ``global_keyprefix``) in one transaction on
+        the broker: the poison cap's count of a message delivered again, just before it starts.
+
+        The acknowledgements buffered so far are written first: a task that takes the worker down
+        then cannot take along those of the tasks that finished before it (they would run again,
+        and count)."""
+        from .acking import AckingChannel
+
+        channel: Any = connection.default_channel  # a kombu Redis channel (kombu is not annotated)
+        if isinstance(channel, AckingChannel) and channel.acks and not channel.recording_in_flight:
+            channel.flush_acks()  # (not while a fetch's records are on their way: acks must follow them)
+        name = channel.global_keyprefix + key
+        with channel.conn_or_acquire() as client, client.pipeline(transaction=True) as pipe:
+            pipe.incr(name)
+            pipe.expire(name, max(1, round(expires)))
+            count, _ = pipe.execute()
+        return int(count)
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _TRANSPORT: type[Transport] = RedisTransport
     _ACKS: type[AcksSurviveReconnect] = RedisTransport
+    _COUNTS: type[CountsDeliveries] = RedisTransport

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS bindings (
     PRIMARY KEY (exchange, routing_key, pattern, queue)
 );
 CREATE INDEX IF NOT EXISTS bindings_queue ON bindings (queue);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL, expires_at REAL NOT NULL);
 COMMIT;
 """
 
@@ -223,6 +224,22 @@ class QueueStore:
         """Delete the ready messages of ``queue``; reserved ones stay with their consumers."""
         with self.db.locked() as conn:
             return conn.execute("DELETE FROM messages WHERE queue = ? AND tag IS NULL", (queue,)).rowcount
+
+    # -- counters (the poison cap's) ------------------------------------------------------------
+
+    def count(self, name: str, expires: float) -> int:
+        """Add one to the counter ``name`` (0 when missing or expired), keep it ``expires`` more
+        seconds, and return its value; expired counters are dropped on the way."""
+        now = time.time()
+        with self.db.transaction() as conn:
+            conn.execute("DELETE FROM counters WHERE expires_at <= ?", (now,))
+            conn.execute(
+                """INSERT INTO counters (name, value, expires_at) VALUES (?, 1, ?)
+                   ON CONFLICT (name) DO UPDATE SET value = value + 1, expires_at = excluded.expires_at""",
+                (name, now + expires),
+            )
+            row = conn.execute("SELECT value FROM counters WHERE name = ?", (name,)).fetchone()
+        return int(row[0])
 
     # -- queues, exchanges, bindings -------------------------------------------------------------
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from ...app.settings import Settings
-    from ...slots import OffersResultBackend, Transport
+    from ...slots import CountsDeliveries, OffersResultBackend, Transport
 
 __all__ = ["OPTIONS", "EmbeddedTransport"]
 
@@ -105,8 +105,21 @@ class EmbeddedTransport:
             )
         return channel.store.size(queue)
 
+    def count_delivery(self, connection: Connection, key: str, expires: float) -> int:
+        """The poison cap's counter, in the queue file itself."""
+        from .channel import Channel
+
+        channel = connection.default_channel
+        if not isinstance(channel, Channel):
+            raise TransportError(
+                f"count_delivery() needs a connection made with this transport's kombu_transport() "
+                f"(got a channel of {type(channel).__module__}.{type(channel).__qualname__})"
+            )
+        return channel.store.count(key, expires)
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _TRANSPORT: type[Transport] = EmbeddedTransport
     _DEFAULT_BACKEND: type[OffersResultBackend] = EmbeddedTransport
+    _COUNTS: type[CountsDeliveries] = EmbeddedTransport
