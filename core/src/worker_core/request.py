@@ -16,7 +16,7 @@ from .app.handlers import ExceptionInfo, call_in_main_process
 from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
 from .execution import execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
-from .protocol.headers import DELIVERY_COUNT, PROTOCOL_HEADERS
+from .protocol.headers import PROTOCOL_HEADERS, carried_count
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ class Request:
         "acknowledged",
         "acks_late",
         "consumer",
+        "count_at_start",
+        "deliveries",
         "envelope",
         "finished",
         "id",
@@ -78,6 +80,11 @@ class Request:
         self.timer_entry: Any = None
         #: what the pool returned for this request's job (see ``Pool.withdraw_job``)
         self.pool_job: Any = None
+        #: earlier starts of this task that ended without an outcome (its process or worker died):
+        #: what the message carries, then what the poison cap counted (:mod:`.consumer.poison`)
+        self.deliveries = 0
+        #: delivered again with no count from the broker: counted just before it starts
+        self.count_at_start = False
         #: revoked with ``terminate`` before it started: killed with this signal when it starts
         self.terminate_signal: int | None = None
 
@@ -242,19 +249,15 @@ class Request:
             # the channel (or the lost connection) gives it back to the broker
             consumer.reservations.task_done(self)
             return
-        text = f"{type(exc).__name__}: {exc}"
         if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:
-            if self._send_again_after_lost_process(exc):
-                consumer.reservations.task_done(self)
-                return
-            exc = WorkerLostError(
-                f"{exc}; its process died {self.lost_count() + 1} times, so it is not run again "
-                f"(worker_redelivery_limit={consumer.app.settings.worker_redelivery_limit})"
-            )
-            text = f"{type(exc).__name__}: {exc}"
-            poisoned = True
-        else:
-            poisoned = False
+            if not self._send_again_after_lost_process(exc):
+                # a poison message: kept where a person can find it, not run again
+                self.fail_as_poison(WorkerLostError(
+                    f"{exc}; its process died {self.lost_count() + 1} times, so it is not run again "
+                    f"(worker_redelivery_limit={consumer.app.settings.worker_redelivery_limit})"))
+            consumer.reservations.task_done(self)
+            return
+        text = f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
         self.store(encode_exception(exc), FAILURE, text)
@@ -267,19 +270,26 @@ class Request:
                                                    self.envelope.kwargs, None))])
         consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
                         runtime=0.0, exception=safe_repr(exc), traceback="")
-        if poisoned:  # a poison message: kept where a person can find it, not run again
-            self.reject(requeue=False, reason=text)
-        else:
-            self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
+        self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
         consumer.reservations.task_done(self)
 
+    def fail_as_poison(self, exc: WorkerLostError) -> None:
+        """Fail this task for good, as a poison message (over ``worker_redelivery_limit``): logged,
+        FAILURE stored and followed (errbacks, the rest of its chain, its chord), and its message
+        taken to the dead-letter queue (when there is one) with the reason. The caller ends the
+        request (``task_done``)."""
+        text = f"{type(exc).__name__}: {exc}"
+        logger.error("Task %s failed: %s", self.label, text)
+        self.store(encode_exception(exc), FAILURE, text)
+        self.follow(FAILURE, exc, text)
+        self.consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
+                             runtime=0.0, exception=safe_repr(exc), traceback="")
+        self.reject(requeue=False, reason=text)
+
     def lost_count(self) -> int:
-        """How many processes this task has already killed: carried in the message's headers,
-        or counted by the broker (a quorum queue's ``x-delivery-count``), whichever is more."""
-        headers = self.envelope.headers
-        counts = [value for value in (headers.get(LOST_HEADER), headers.get(DELIVERY_COUNT))
-                  if type(value) is int and value >= 0]
-        return max(counts, default=0)
+        """How many times this task already started without an outcome (its process or worker
+        died): what its message carries, or what the poison cap counted (:attr:`deliveries`)."""
+        return max(self.deliveries, carried_count(self.envelope.headers))
 
     def _send_again_after_lost_process(self, exc: BaseException) -> bool:
         """Publish a copy with the loss counted, then acknowledge this one; False once the

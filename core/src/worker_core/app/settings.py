@@ -269,8 +269,9 @@ class Settings:
                                                     validator=_check(int, optional=True, minimum=1))
     worker_cancel_long_running_tasks_on_connection_loss: bool = attrs.field(default=False,
                                                                            validator=_check(bool))
-    #: times a task whose process died (``acks_late`` + ``reject_on_worker_lost``) is sent again
-    #: before it fails for good; None sends it again forever, as Celery does
+    #: times a task whose process or whole worker died with it comes back before it fails for good
+    #: as a poison message (every pool: see :mod:`worker_core.consumer.poison`); None lets it come
+    #: back forever, as Celery does
     worker_redelivery_limit: int | None = attrs.field(default=5,
                                                       validator=_check(int, optional=True, minimum=1))
     #: consume quorum queues with a prefetch window per consumer (RabbitMQ has no global one

@@ -20,6 +20,7 @@ from .connection import BrokerConnection
 from .handler import make_handler
 from .inbox import Inbox
 from .leases import LeaseCheck
+from .poison import PoisonCap
 from .reservations import Reservations
 from .tasks import TaskConsumer
 
@@ -54,6 +55,7 @@ class Consumer:
         self.tasks = TaskConsumer(self)
         self.reservations = Reservations(self)
         self.leases = LeaseCheck(self)
+        self.poison = PoisonCap(self)
         #: the ``on_message`` callback of the task consumer
         self.on_message = make_handler(self)
         self.restart_count = 0

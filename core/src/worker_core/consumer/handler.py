@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from kombu.serialization import prepare_accept_content
 
-from ..exceptions import NotRegistered, ProtocolError, WorkerLostError
+from ..exceptions import NotRegistered, ProtocolError
 from ..options import did_you_mean
 from ..protocol import decode_task, shown
-from ..protocol.headers import DELIVERY_COUNT
+from ..protocol.headers import DELIVERY_COUNT, LOST_HEADER
 from ..request import Request
 from ..slots import ForeignApp
 from .refusal import refuse
@@ -35,6 +35,7 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     # an app loader's app runs its tasks its own way (decided here, once, not per message)
     make_request = consumer.app.request_class if isinstance(consumer.app, ForeignApp) else Request
     limit = settings.worker_redelivery_limit
+    poison = consumer.poison
 
     def on_message(message: Message) -> None:
         try:
@@ -53,19 +54,19 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
             # stored as Celery stores it: NotRegistered(name)
             refuse(consumer, message, unknown_task(consumer, envelope.name), NotRegistered(envelope.name))
             return
-        if limit is not None:
-            delivered = envelope.headers.get(DELIVERY_COUNT)
-            if type(delivered) is int and delivered > limit:
-                # a quorum queue's own count: this message came back that often, its worker gone
-                # or its process killed each time (a poison message)
-                error = WorkerLostError(
-                    f"the broker delivered it {delivered + 1} times (x-delivery-count {delivered}), each "
-                    f"time "
-                    f"without an outcome: taken for a poison message (worker_redelivery_limit={limit})")
-                refuse(consumer, message, error)
-                return
+        headers = envelope.headers
         try:
-            consumer.reservations.receive(make_request(consumer, message, envelope, task))
+            request = make_request(consumer, message, envelope, task)
+            if limit is not None:
+                # the poison cap: only a message delivered again, or carrying a count, costs more
+                info = message.delivery_info
+                if (info and info.get("redelivered")) or LOST_HEADER in headers or DELIVERY_COUNT in headers:
+                    poisoned = poison.on_arrival(request)
+                    if poisoned is not None:
+                        request.fail_as_poison(poisoned)
+                        consumer.reservations.task_done(request, started=False)
+                        return
+            consumer.reservations.receive(request)
         except Exception as exc:
             logger.critical("Internal error while receiving %s[%s]", shown(envelope.name),
                             shown(envelope.id, 100), exc_info=True)

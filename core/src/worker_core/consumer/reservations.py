@@ -135,6 +135,8 @@ class Reservations:
                 if expires is not None and expires <= utcnow():
                     request.revoke("expired")
                     continue
+                if request.count_at_start and not self.consumer.poison.may_start(request):
+                    continue
                 self.inflight += 1
                 try:
                     request.execute_using_pool(pool)

@@ -75,6 +75,7 @@ class TaskConsumer:
             self._initial_prefetch = None
             self.reduced = False
             self._wait_on_broker(connection, queues)
+        consumer.poison.warn_uncapped([queue.name for queue in queues if not is_quorum(queue)])
         self._dead_letters_declared = False
         self.kombu = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
             connection.default_channel, queues=queues, on_message=consumer.on_message, no_ack=False,

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["DEAD_LETTER_HEADERS", "DELIVERY_COUNT", "LOST_HEADER", "PROTOCOL_HEADERS", "custom_headers"]
+__all__ = [
+    "DEAD_LETTER_HEADERS",
+    "DELIVERY_COUNT",
+    "LOST_HEADER",
+    "PROTOCOL_HEADERS",
+    "carried_count",
+    "custom_headers",
+]
 
 #: Header counting the processes a task has killed, so a poison message stops coming back
 #: (the worker's own, never one of the sender's).
@@ -43,3 +50,12 @@ def custom_headers(headers: Mapping[str, Any]) -> dict[str, Any] | None:
     if PROTOCOL_HEADERS.issuperset(headers):  # a message from Celery's or this client: no copying
         return None
     return {key: value for key, value in headers.items() if key not in PROTOCOL_HEADERS}
+
+
+def carried_count(headers: Mapping[str, Any]) -> int:
+    """How many earlier deliveries of a task ended without an outcome, as its message carries it:
+    the prefork pool's count of lost children (:data:`LOST_HEADER`) plus the broker's count of
+    this message's returns (:data:`DELIVERY_COUNT`)."""
+    lost, returned = headers.get(LOST_HEADER), headers.get(DELIVERY_COUNT)
+    return ((lost if type(lost) is int and lost > 0 else 0)
+            + (returned if type(returned) is int and returned > 0 else 0))
