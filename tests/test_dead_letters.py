@@ -215,7 +215,8 @@ def test_a_quorum_message_delivered_more_often_than_the_limit_goes_to_the_dead_l
         },
     )
     worker.wait_log(f"to the dead-letter queue {dead!r}")
-    assert "(x-delivery-count 3), each time without an outcome: taken for a poison message" in worker.log()
+    assert ("3 earlier deliveries ended without an outcome (x-delivery-count 3), its worker or process dying "
+            "each time: taken for a poison message" in worker.log())
     with pytest.raises(Exception, match="poison message"):
         result.get(timeout=10)
     worker.stop()

@@ -163,6 +163,17 @@ def always_die(counter):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@app.task(acks_late=True)
+def segfault(counter):
+    """Takes its whole worker down every time (as a crash in a C extension would): a poison
+    message for every pool, not only prefork."""
+    import ctypes
+
+    with open(counter, "a") as handle:
+        handle.write("x")
+    ctypes.string_at(0)  # reads address 0: SIGSEGV in the thread that runs it
+
+
 @app.task
 def echo(value):
     """Return its argument: proof that an unusual but valid argument arrived intact."""
