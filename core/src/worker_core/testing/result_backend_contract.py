@@ -48,7 +48,15 @@ from ..app.settings import Settings
 from ..exceptions import BackendDisabled, ResultError, ResultTimeout
 from ..plugins.conformance import conformance_problem
 from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
-from ..slots import DiscardsResults, JoinsChords, RepliesToSender, ResultBackend, SavesGroups, SuccessIsFinal
+from ..slots import (
+    BackendCountsDeliveries,
+    DiscardsResults,
+    JoinsChords,
+    RepliesToSender,
+    ResultBackend,
+    SavesGroups,
+    SuccessIsFinal,
+)
 
 __all__ = ["CHECKS", "Check", "applies", "check_name", "full_request", "run_all"]
 
@@ -923,6 +931,37 @@ def check_a_backend_that_discards_results_keeps_its_promise(backend: type[Result
         store.backend.close()
 
 
+@_when_offered(BackendCountsDeliveries)
+def check_a_delivery_counter_counts_once_per_call_when_offered(backend: type[ResultBackend], url: str, *,
+                                                               settings: Settings | None = None) -> None:
+    """With :class:`~worker_core.slots.BackendCountsDeliveries`: a new counter counts from 1, each
+    call adds one, another instance (another worker) adds to the same counter, calls from several
+    threads at once lose none, and counters of other keys are apart."""
+    declared: object = backend
+    if not isinstance(declared, BackendCountsDeliveries):
+        return
+    with _store(backend, url, settings) as store:
+        counters = store.backend
+        assert isinstance(counters, BackendCountsDeliveries)
+        key, other_key = f"contract-counter-{_new_id()}", f"contract-counter-{_new_id()}"
+        counts = [counters.count_delivery(key, 60.0) for _ in range(2)]
+        _expect(counts == [1, 2], f"{store.label}.count_delivery() counted {counts!r}, not [1, 2]")
+        other = store.build()
+        assert isinstance(other, BackendCountsDeliveries)
+        third = other.count_delivery(key, 60.0)
+        _expect(third == 3, f"{store.label}: another instance counted {third!r} after 2, not 3")
+        threads = [threading.Thread(target=counters.count_delivery, args=(key, 60.0)) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        last = counters.count_delivery(key, 60.0)
+        _expect(last == 12, f"{store.label}: 3 counts, 8 from threads at once, then one more gave {last!r}, "
+                            f"not 12")
+        fresh = counters.count_delivery(other_key, 60.0)
+        _expect(fresh == 1, f"{store.label}: a counter of another key started at {fresh!r}, not 1")
+
+
 #: Every check, in a sensible order.
 CHECKS: tuple[Check, ...] = (
     check_the_class_satisfies_the_result_backend_protocol,
@@ -947,6 +986,7 @@ CHECKS: tuple[Check, ...] = (
     check_results_are_stored_in_each_result_serializer,
     check_a_chord_counts_each_part_once_and_one_count_claims_its_body_when_offered,
     check_a_chord_claim_is_taken_once_lapses_and_survives_failures_when_offered,
+    check_a_delivery_counter_counts_once_per_call_when_offered,
     check_a_backend_that_discards_results_keeps_its_promise,
 )
 

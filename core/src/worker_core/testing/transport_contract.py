@@ -34,7 +34,7 @@ import kombu
 from ..app.broker import task_queue
 from ..app.settings import Settings
 from ..plugins.conformance import conformance_problem
-from ..slots import AcksSurviveReconnect, LeasesMessages, OffersResultBackend, Transport
+from ..slots import AcksSurviveReconnect, CountsDeliveries, LeasesMessages, OffersResultBackend, Transport
 from .proxy import proxied
 
 __all__ = ["CHECKS", "Check", "check_name", "run_all"]
@@ -300,8 +300,36 @@ def check_unacknowledged_messages_come_back_when_the_connection_closes(
         _expect(sorted(_bodies(again), key=str) == sorted(bodies, key=str),
                 f"{broker.label}: three messages left unacknowledged when their connection closed came back "
                 f"as {_bodies(again)!r}")
+        # the poison cap counts only the messages flagged as delivered again
+        unflagged = [message.decode() for message in again
+                     if not (message.delivery_info or {}).get("redelivered")]
+        _expect(not unflagged, f"{broker.label}: messages delivered again after their connection closed do "
+                               f"not say so (delivery_info['redelivered']): {unflagged!r}")
         for message in again:
             message.ack()
+
+
+def check_a_delivery_counter_counts_once_per_call_when_offered(
+    transport: type[Transport], url: str, *, settings: Settings | None = None
+) -> None:
+    """With :class:`~worker_core.slots.CountsDeliveries`: a new counter counts from 1, each call
+    adds one, a call through another connection (another worker) adds to the same counter, and
+    counters of other keys are apart."""
+    declared: object = transport
+    if not isinstance(declared, CountsDeliveries):
+        return
+    with _broker(transport, url, settings) as broker:
+        counters = broker.transport
+        assert isinstance(counters, CountsDeliveries)
+        key, other_key = f"contract-counter-{uuid.uuid4().hex}", f"contract-counter-{uuid.uuid4().hex}"
+        first = broker.connect()
+        counts = [counters.count_delivery(first, key, 60.0) for _ in range(2)]
+        _expect(counts == [1, 2], f"{broker.label}.count_delivery() counted {counts!r}, not [1, 2]")
+        third = counters.count_delivery(broker.connect(), key, 60.0)
+        _expect(third == 3,
+                f"{broker.label}: a count through another connection gave {third!r} after 2, not 3")
+        fresh = counters.count_delivery(first, other_key, 60.0)
+        _expect(fresh == 1, f"{broker.label}: a counter of another key started at {fresh!r}, not 1")
 
 
 def check_queue_depth_counts_the_waiting_messages(
@@ -427,6 +455,7 @@ CHECKS: tuple[Check, ...] = (
     check_a_message_rejected_with_requeue_is_delivered_again,
     check_unacknowledged_messages_come_back_when_the_connection_closes,
     check_queue_depth_counts_the_waiting_messages,
+    check_a_delivery_counter_counts_once_per_call_when_offered,
     check_a_celery_task_message_is_consumed_whole,
     check_acknowledgements_cross_a_reconnect_only_when_promised,
 )
