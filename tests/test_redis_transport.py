@@ -556,6 +556,31 @@ def test_messages_fetched_but_not_yet_delivered_are_restored_on_close(
 
 
 @fast_path_only
+def test_a_cancel_hands_the_consumer_what_the_brpop_in_flight_took_and_reads_nothing_after(
+        broker: Broker) -> None:
+    queue, got = new_queue(), []
+    with broker.connect() as connection, broker.connect() as publisher:
+        consumer = consume(connection, [queue], got.append)
+        try:
+            connection.drain_events(timeout=0.2)  # nothing yet: the consumer now blocks in BRPOP
+        except TimeoutError:
+            pass
+        publish(publisher, queue, 1)
+        wait_for(lambda: broker.raw.llen(broker.key(queue.name)) == 0, message="the BRPOP to take it")
+        consumer.cancel()
+        assert [message.payload["n"] for message in got] == [0]  # before the cancel returned
+        publish(publisher, queue, 3)
+        try:
+            connection.drain_events(timeout=0.3)
+        except TimeoutError:
+            pass
+        assert broker.raw.llen(broker.key(queue.name)) == 3  # no BRPOP was left waiting
+        got[0].requeue()
+        assert broker.raw.llen(broker.key(queue.name)) == 4
+        assert broker.unacked() == 0
+
+
+@fast_path_only
 def test_acks_are_written_at_the_next_loop_turn_in_one_batch(broker: Broker) -> None:
     queue, held = new_queue(), []
     with broker.connect() as connection:

@@ -100,6 +100,8 @@ class Channel(internals.FetchHooks, AckingChannel):
         self._client_id_sock: Any = None
         #: Acknowledgements sent just before the BRPOP in flight, whose reply comes first.
         self._ack_reply: list[str] | None = None
+        #: The reply in flight is read before a cancel or a close: nothing more is fetched.
+        self._finishing = False
 
     @property
     def fetch_in_flight(self) -> bool:
@@ -159,6 +161,8 @@ class Channel(internals.FetchHooks, AckingChannel):
             self._client_id_sock = sock
 
     def _room(self) -> int:
+        if self._finishing:  # the consumer goes: a fetch now only records what BRPOP took
+            return 0
         estimate = self.qos.can_consume_max_estimate()
         return int(self.fetch_limit if estimate is None else min(estimate, self.fetch_limit))
 
@@ -395,20 +399,37 @@ class Channel(internals.FetchHooks, AckingChannel):
                 self.qos.track(self.Message(payload, channel=self))
         super().before_restore()
 
+    def basic_cancel(self, consumer_tag: str) -> Any:
+        """kombu's cancel, once the reply in flight is read: what it took reaches the consumer
+        still there (a stopping worker gives it back with the rest of what it holds, instead of
+        kombu requeueing it message by message after the cancel), and no BRPOP left waiting
+        takes a message the worker gives back. Inside kombu's read, kombu defers the cancel."""
+        if internals.waiting(self) and not internals.in_protected_read(self):
+            self._finish_read("cancelling the consumer")
+        return super().basic_cancel(consumer_tag)
+
     def before_close(self) -> None:
         if internals.waiting(self):
             # A reply in flight may hold messages already recorded as unacked: read it, so
-            # they are restored now rather than after the visibility timeout. A BRPOP is
-            # told to return now (with its message, if it just took one).
-            self._unblock()
+            # they are restored now rather than after the visibility timeout.
+            self._finish_read("closing")
+
+    def _finish_read(self, why: str) -> None:
+        """Read the reply in flight now, fetching nothing more; a BRPOP is told to return now
+        (with its message, if it just took one)."""
+        self._unblock()
+        self._finishing = True
+        try:
             while internals.waiting(self):  # the acks' reply may come before the BRPOP's
                 try:
                     self.read_reply()
                 except Empty:
                     pass
                 except Exception as exc:
-                    logger.debug("lost the reply in flight while closing: %r", exc)
+                    logger.debug("lost the reply in flight while %s: %r", why, exc)
                     break
+        finally:
+            self._finishing = False
 
     def _unblock(self) -> None:
         connection = internals.waiting(self)

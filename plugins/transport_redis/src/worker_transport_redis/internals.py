@@ -21,6 +21,8 @@ name                                                used for
                                                     message keeps it where kombu's does)
 ``MultiChannelPoller._chan_to_sock``,               whether a fetch in flight is read soon, so the
 ``MultiChannelPoller._paused_brpop``                buffered acks may wait for it
+``MultiChannelPoller._in_protected_read``           whether a cancel comes from inside kombu's read
+                                                    (kombu defers it; the reply is read there)
 redis-py ``Connection._sock``                       the BRPOP socket's identity (``CLIENT UNBLOCK`` on
                                                     close)
 **the acknowledgement batching** (``acks``)
@@ -59,8 +61,8 @@ from kombu.transport import virtual as _virtual
 from worker_core.fastpaths import Check, FastPath, FastPaths, Library, reads, signature
 
 __all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
-           "envelope_of", "flush_reauth", "forget", "has_consumers", "kombus_poll_start", "new_client",
-           "paused", "queue_cycle", "remove_record", "restore_message", "send_brpop",
+           "envelope_of", "flush_reauth", "forget", "has_consumers", "in_protected_read", "kombus_poll_start",
+           "new_client", "paused", "queue_cycle", "remove_record", "restore_message", "send_brpop",
            "set_waiting", "socket_of", "waiting"]
 
 logger = logging.getLogger(__name__)
@@ -112,6 +114,7 @@ PATHS: Mapping[str, FastPath] = {
             signature(KombuChannel, "_brpop_read", "(self, **options)"),
             reads(KombuChannel, "_brpop_read", "_in_poll", "_deliver", "_queue_cycle"),
             reads(KombuChannel, "close", "_in_poll"),
+            reads(KombuChannel, "basic_cancel", "_in_protected_read"),
             signature(KombuChannel, "_do_restore_message",
                       "(self, payload, exchange, routing_key, pipe, leftmost=False)"),
             signature(virtual.Transport, "_deliver", "(self, message, queue)"),
@@ -164,6 +167,11 @@ def send_brpop(channel: Any, timeout: float | None) -> None:
 def waiting(channel: Any) -> Any:
     """The connection a reply is awaited on, or None."""
     return channel._in_poll
+
+
+def in_protected_read(channel: Any) -> bool:
+    """Whether kombu's poller is reading now (it defers a cancel made meanwhile)."""
+    return bool(channel.connection.cycle._in_protected_read)
 
 
 def set_waiting(channel: Any, connection: Any, sent_at: float | None = None) -> None:
