@@ -70,6 +70,26 @@ def record(path, value):
     return value
 
 
+@app.task(rate_limit="5/s")
+def record_limited(path, value):
+    """``record`` at most five times a second per worker."""
+    with open(path, "a") as handle:
+        handle.write(f"{value}\n")
+    return value
+
+
+@app.task(acks_late=True)
+def record_start_and_end(path, value, seconds):
+    """Append ``start-value`` to a file as it starts and ``end-value`` once ``seconds`` passed: a
+    task seen running, and how many times it started."""
+    with open(path, "a") as handle:
+        handle.write(f"start-{value}\n")
+    time.sleep(seconds)
+    with open(path, "a") as handle:
+        handle.write(f"end-{value}\n")
+    return value
+
+
 class NotesRetries(Task):
     """Logs where ``on_retry`` runs (the worker's main process for a task it cancels)."""
 

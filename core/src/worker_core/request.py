@@ -244,9 +244,12 @@ class Request:
         if self.finished:
             return
         consumer = self.consumer
-        if consumer.worker.terminating or isinstance(exc, JobWithdrawn):
-            # cold shutdown, or given back unstarted: leave the message unacknowledged; closing
-            # the channel (or the lost connection) gives it back to the broker
+        if isinstance(exc, JobWithdrawn):  # given back unstarted: requeued, or left to the broker
+            consumer.reservations.withdrawn(self)
+            return
+        if consumer.worker.terminating:
+            # cold shutdown: leave the message unacknowledged; closing the channel (or the lost
+            # connection) gives it back to the broker
             consumer.reservations.task_done(self)
             return
         if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:

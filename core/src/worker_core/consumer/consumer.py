@@ -96,6 +96,9 @@ class Consumer:
                 self._after_connection_lost()
 
     def stop(self, *, terminate: bool) -> None:
+        # Messages delivered while the consumer is cancelled wait, unacknowledged, for the close
+        # that gives them back: none goes to a pool that is about to stop.
+        self.reservations.draining = True
         (self.blueprint.terminate if terminate else self.blueprint.stop)(self)
         self.inbox.close()
 
@@ -131,11 +134,13 @@ class Consumer:
         self.broker.switch()
 
     def _begin_drain(self) -> None:
+        """Stop consuming, then give back at once every message not started, while the running
+        tasks finish: no new delivery can take the place of one given back."""
         self.reservations.draining = True
         self.tasks.stop()
-        held = self.reservations.forget_unstarted()
+        held = self.reservations.forget_unstarted(give_back=not self.broker.lost)
         why = "Warm shutdown" if self.worker.stopping else "Switching brokers"
-        logger.info("%s: waiting for %d running task(s); %d not started will go back to the broker",
+        logger.info("%s: waiting for %d running task(s); %d not started went back to the broker",
                     why, self.reservations.inflight, held)
 
     # -- what the event loop asks (LoopContext) ---------------------------------------------------

@@ -60,14 +60,14 @@ class RateLimits:
                 found.append(request)
         return found
 
-    def forget(self) -> int:
-        """Drop every waiting request (their messages go back to the broker). Returns how many."""
-        count = 0
+    def forget(self) -> list[Request]:
+        """Drop every waiting request (their messages go back to the broker). Returns them."""
+        dropped: list[Request] = []
         for name, bucket in self.buckets.items():
             self._cancel(name)
-            count += len(bucket.contents)
+            dropped.extend(bucket.contents)
             bucket.contents.clear()
-        return count
+        return dropped
 
     def _replace(self, name: str, rate: float) -> TokenBucket:
         old = self.buckets.get(name)

@@ -53,6 +53,8 @@ class Reservations:
         self._dispatching = False
         #: no more dispatching: the worker stops, or leaves its broker, once the running end
         self.draining = False
+        #: the requests the pool gives back unstarted are requeued (see :meth:`forget_unstarted`)
+        self._give_back = False
 
     # -- arrival -----------------------------------------------------------------------------
 
@@ -209,24 +211,37 @@ class Reservations:
 
     # -- giving back ---------------------------------------------------------------------------
 
-    def forget_unstarted(self) -> int:
+    def forget_unstarted(self, *, give_back: bool = False) -> int:
         """Drop the requests not started yet (ready, waiting for their ETA or rate limit, or
-        queued in a pool that can give them back): their messages stay unacknowledged and the
-        broker delivers them again. Returns how many."""
-        held = len(self.ready) + len(self.eta_held)
+        queued in a pool that can give them back). With ``give_back`` (a warm shutdown, or
+        leaving a broker that still answers) their messages are requeued now, so that another
+        worker runs them while the running tasks finish; without it (the connection is gone)
+        they stay unacknowledged and the broker delivers them again. Returns how many."""
         for request in self.eta_held:
             if request.timer_entry is not None:
                 request.timer_entry.cancel()
                 request.timer_entry = None
-        for request in [*self.ready, *self.eta_held]:
+        dropped = [*self.ready, *self.eta_held]
+        for request in dropped:
             self.reserved.discard(request)
         self.ready.clear()
         self.eta_held.clear()
-        held += self.rate_limits.forget()
+        dropped += self.rate_limits.forget()
+        self._give_back = give_back
         pool = self.worker.pool
-        if isinstance(pool, WithdrawsQueuedJobs):
-            held += pool.withdraw_queued()
-        return held
+        # first those queued in the pool (they came first), each through :meth:`withdrawn`
+        withdrawn = pool.withdraw_queued() if isinstance(pool, WithdrawsQueuedJobs) else 0
+        if give_back:
+            for request in dropped:
+                request.reject(requeue=True)
+        return len(dropped) + withdrawn
+
+    def withdrawn(self, request: Request) -> None:
+        """The pool gave ``request`` back unstarted (``JobWithdrawn``): requeued now if the last
+        :meth:`forget_unstarted` gave back, else left unacknowledged for the broker."""
+        if self._give_back:
+            request.reject(requeue=True)
+        self.task_done(request)
 
     def info(self) -> dict[str, Any]:
         return {
