@@ -24,6 +24,8 @@ from conftest import AMQP_TEST_URL, delete_queue, require_server
 from faults import RedisServer
 from workers import TESTS, WorkerProcess, children_of, wait_for
 
+#: kombu's own paths only (every fast path off)
+STOCK = os.environ.get("WORKER_STOCK_KOMBU", "") not in ("", "0")
 #: how long each of the two running tasks takes
 LONG = 4.0
 QUICK, LIMITED, COUNTDOWN = 70, 10, 20
@@ -169,8 +171,10 @@ def test_a_warm_shutdown_gives_back_what_has_not_started_at_once_while_running_t
     log = worker.log()
     assert f"waiting for 2 running task(s); {NOT_STARTED} not started went back to the broker" in log
     # none was delivered after the consumer went, to be put back once more (kombu's and
-    # py-amqp's warnings)
-    assert "undeliverable" not in log and "no callbacks" not in log
+    # py-amqp's warnings); with the fast paths off, kombu's BRPOP in flight may take one
+    bounced = log.count("Requeuing undeliverable message")
+    assert bounced <= (1 if STOCK and isinstance(broker, RedisBroker) else 0)
+    assert "no callbacks" not in log
 
 
 def test_a_shutdown_asked_with_workerctl_gives_back_at_once_too(broker, workers, client, tmp_path):
