@@ -137,8 +137,14 @@ class Reservations:
                 if expires is not None and expires <= utcnow():
                     request.revoke("expired")
                     continue
-                if request.count_at_start and not self.consumer.poison.may_start(request):
-                    continue
+                if request.count_at_start:  # delivered again: counted as it starts (the poison cap)
+                    if self._ungated and pool is not None and self.inflight >= pool.num_processes:
+                        # it waits for an idle executor instead of in the pool: a task that takes
+                        # the worker down meanwhile cannot take a start of this one along
+                        ready.appendleft(request)
+                        break
+                    if not self.consumer.poison.may_start(request):
+                        continue
                 self.inflight += 1
                 try:
                     request.execute_using_pool(pool)
