@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -94,9 +95,38 @@ class RabbitBroker:
         return self._declared()[1]
 
 
-@pytest.fixture(params=["redis", "rabbitmq"])
+class EmbeddedBroker:
+    def __init__(self, path: Path, queue: str) -> None:
+        self.path, self.queue = path, queue
+        self.url = f"embedded://{path}"
+        # a dead worker's reservations go back at its next check (every second)
+        self.env = {"WORKER_BROKER_TRANSPORT_OPTIONS": json.dumps({"visibility_timeout": VISIBILITY})}
+
+    def _count(self, state: str) -> int:
+        # the queue file's rows: ready while their tag is NULL, reserved by a consumer otherwise
+        if not self.path.exists():
+            return 0
+        with sqlite3.connect(self.path, timeout=10) as db:
+            [(count,)] = db.execute(f"SELECT COUNT(*) FROM messages WHERE queue = ? AND tag IS {state}",
+                                    (self.queue,)).fetchall()
+        return int(count)
+
+    def waiting(self) -> int:
+        return self._count("NULL")
+
+    def taken(self) -> int:
+        return self._count("NOT NULL")
+
+    def consumers(self) -> None:
+        return None
+
+
+@pytest.fixture(params=["redis", "rabbitmq", "embedded"])
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Broker]:
     queue = f"warm-{uuid.uuid4().hex[:8]}"
+    if request.param == "embedded":
+        yield EmbeddedBroker(tmp_path / "queue.db", queue)
+        return
     if request.param == "redis":
         server = RedisServer(tmp_path).start()
         redis_broker = RedisBroker(server, queue)
