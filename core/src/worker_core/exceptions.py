@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "BackendDisabled",
+    "BrokerStorageError",
     "CanvasError",
     "ChordError",
     "ConfigurationError",
@@ -110,6 +111,11 @@ class TransportError(WorkerError):
 
 class TopologyError(TransportError):
     """A queue or exchange exists on the broker with arguments this worker cannot adopt."""
+
+
+class BrokerStorageError(TransportError):
+    """The broker cannot write (or read) its messages now: the embedded database on a full disk,
+    an I/O error, a lock held past the busy timeout. The worker retries as after a lost connection."""
 
 
 class ConnectionLostError(TransportError):

@@ -20,6 +20,7 @@ from kombu.transport.base import to_rabbitmq_queue_arguments
 from kombu.utils import json as _json
 from kombu.utils.uuid import uuid
 
+from ...exceptions import BrokerStorageError
 from ..message import Message, Unreadable, envelope_problem
 from .database import SCHEME, resolve_path
 from .qos import QoS
@@ -59,6 +60,8 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         self._next_maintenance = 0.0
         self._next_renewal = time.monotonic() + self.visibility_timeout / 4
         try:
+            # A file that cannot be written refuses the connection: the worker backs off.
+            self.store.check_writable()
             # A consumer opening the file takes back what consumers killed earlier left reserved.
             self.maintain(force=True)
         except BaseException:
@@ -129,12 +132,19 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         self.store.requeue([message.delivery_tag])
 
     def maintain(self, force: bool = False) -> None:
-        """At most every second: renew this channel's reservations, requeue those of consumers
-        that are gone, and drop expired messages."""
+        """At most every second: write what this process could not write before, renew this
+        channel's reservations, requeue those of consumers that are gone and drop expired
+        messages."""
         now = time.monotonic()
         if not force and now < self._next_maintenance:
             return
         self._next_maintenance = now + MAINTENANCE_INTERVAL
+        acks, requeues = self.store.write_later()
+        if acks or requeues:
+            logger.info(
+                "%s can be written again: wrote the %d acknowledgement(s) and put back in their "
+                "queues the %d message(s) that waited for it", self.store.db.path, acks, requeues,
+            )
         if self._qos is not None and now >= self._next_renewal:
             self._next_renewal = now + self.visibility_timeout / 4
             self.store.renew(list(self._qos._delivered))
@@ -291,7 +301,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             for queue in self._auto_delete_queues & self._fanout_queues:
                 try:
                     self.queue_delete(queue)
-                except sqlite3.Error as exc:
+                except (sqlite3.Error, BrokerStorageError) as exc:
                     logger.warning("could not delete auto-delete queue %r on close: %s", queue, exc)
         super().close()
         self.store.close()
@@ -306,8 +316,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
     default_port = 0
     driver_type = SCHEME
     driver_name = "sqlite3"
-    # A file locked past the busy timeout or a failing disk: let kombu reconnect and retry.
-    connection_errors = (*virtual.Transport.connection_errors, sqlite3.OperationalError)
+    # A file locked past the busy timeout, a full or failing disk: reconnect and retry, backing off.
+    connection_errors = (*virtual.Transport.connection_errors, sqlite3.OperationalError, BrokerStorageError)
     implements = virtual.Transport.implements.extend(
         asynchronous=False, exchange_type=frozenset({"direct", "topic", "fanout"}), heartbeats=False
     )

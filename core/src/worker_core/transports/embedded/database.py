@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ...exceptions import ConfigurationError, WorkerError
+from .disk import BUSY_TIMEOUT, FULL_DISKS, WAL_LIMIT, is_full, storage_problem
 
 __all__ = ["BUSY_TIMEOUT", "DEFAULT_FILE", "SCHEME", "Database", "resolve_path"]
 
@@ -27,8 +28,10 @@ logger = logging.getLogger(__name__)
 
 SCHEME = "embedded"
 DEFAULT_FILE = os.path.join(".worker", "embedded.db")
-#: Seconds a statement waits for another process's write lock before failing.
-BUSY_TIMEOUT = 30.0
+#: Seconds a checkpoint waits for readers before it gives up until the next try.
+CHECKPOINT_WAIT = 0.1
+#: Seconds a connection waits before trying again after readers made it give up.
+CHECKPOINT_PAUSE = 1.0
 _EXAMPLES = (
     "embedded:// (./.worker/embedded.db), embedded:///var/lib/app/queue.db or embedded://data/queue.db"
 )
@@ -100,6 +103,8 @@ class Database:
 
     :param setup: creates the caller's tables; run on every new connection (it must be idempotent).
     :param error: the exception raised when the file cannot be opened.
+    :param unavailable: when given, raised instead of sqlite's ``OperationalError`` (a full disk,
+        an I/O error, a lock held past the busy timeout), with :func:`storage_problem`'s message.
     """
 
     def __init__(
@@ -108,13 +113,16 @@ class Database:
         setup: Callable[[sqlite3.Connection], None],
         *,
         error: type[WorkerError] = WorkerError,
+        unavailable: type[WorkerError] | None = None,
     ) -> None:
         self.path = path
         self._setup = setup
         self._error = error
+        self._unavailable = unavailable
         self._pid = os.getpid()
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        self._next_checkpoint = 0.0
         _DATABASES[next(_SERIALS)] = self
 
     @contextmanager
@@ -124,7 +132,16 @@ class Database:
         with self._lock:
             if self._connection is None:
                 self._connection = self._open()
-            yield self._connection
+            connection = self._connection
+            changes = connection.total_changes
+            try:
+                yield connection
+            except sqlite3.OperationalError as exc:
+                if connection.in_transaction:  # a failed COMMIT leaves its transaction open
+                    connection.execute("ROLLBACK")
+                raise self._failed(exc) from exc
+            if connection.total_changes != changes and not connection.in_transaction:
+                self._keep_log_small()
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -139,6 +156,47 @@ class Database:
                     connection.execute("ROLLBACK")
                 raise
             connection.execute("COMMIT")
+
+    def _failed(self, exc: sqlite3.OperationalError) -> Exception:
+        """What to raise for ``exc``; a full disk is remembered (see :class:`~.disk.FullDisks`)."""
+        if is_full(self.path, exc):
+            FULL_DISKS.found_full(self.path)
+        if self._unavailable is None:
+            return exc
+        return self._unavailable(storage_problem(self.path, exc))
+
+    def wal_size(self) -> int:
+        """Bytes in the write-ahead log file (0 when there is none)."""
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except OSError:
+            return 0
+
+    def _keep_log_small(self) -> None:
+        """After a write: once the write-ahead log passes :data:`WAL_LIMIT`, copy it into the
+        database and start it over (``journal_size_limit`` cuts its file back to the limit).
+
+        sqlite's own checkpoints (off here) copy the log without waiting for anyone, and the log
+        starts over only at a moment when no other process reads, which processes polling their
+        queues under load may never leave: it grew to 18 MB in seconds, and its file never
+        shrank. This checkpoint waits for the readers, at most :data:`CHECKPOINT_WAIT`; a reader
+        that keeps its transaction open longer (a sqlite3 shell, say) holds the log until it ends.
+        """
+        now = time.monotonic()
+        if now < self._next_checkpoint or self.wal_size() <= WAL_LIMIT:
+            return
+        with self.locked() as connection:
+            connection.execute(f"PRAGMA busy_timeout = {int(CHECKPOINT_WAIT * 1000)}")
+            try:
+                busy, log, _ = connection.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
+            except sqlite3.OperationalError as exc:  # the disk, say: the next write says so
+                logger.debug("checkpoint of %s failed: %s", self.path, exc)
+            else:
+                # log -1: another process was checkpointing, which cost no wait.
+                if busy and log != -1:
+                    self._next_checkpoint = now + CHECKPOINT_PAUSE
+            finally:
+                connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
 
     def close(self) -> None:
         """Close this process's connection; the next use opens a new one."""
@@ -174,6 +232,8 @@ class Database:
                 # Switching a new file to WAL needs a moment alone with it; another process
                 # creating the same file at the same time makes that fail without waiting.
                 if "locked" not in str(exc) or time.monotonic() > deadline:
+                    if self._unavailable is not None:  # a full disk, say: worth retrying later
+                        raise self._failed(exc) from None
                     raise self._error(f"cannot set up the embedded database {self.path!r}: {exc}") from None
                 time.sleep(0.01)
             except sqlite3.DatabaseError as exc:
@@ -194,4 +254,8 @@ class Database:
             )
         # With WAL, NORMAL survives any process crash; only a power cut can drop the last commits.
         connection.execute("PRAGMA synchronous=NORMAL")
+        # The write-ahead log is checkpointed after writes (_keep_log_small), not by sqlite, and
+        # its file is cut back to WAL_LIMIT each time it starts over.
+        connection.execute("PRAGMA wal_autocheckpoint = 0")
+        connection.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT}")
         self._setup(connection)

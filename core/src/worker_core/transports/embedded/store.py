@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterable, Sequence
 
-from ...exceptions import TransportError
+from ...exceptions import BrokerStorageError, TransportError
 from .database import Database
+from .disk import FULL_DISKS
 
 __all__ = ["Binding", "QueueStore", "pid_alive"]
 
@@ -48,6 +50,7 @@ CREATE TABLE IF NOT EXISTS bindings (
 );
 CREATE INDEX IF NOT EXISTS bindings_queue ON bindings (queue);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS write_check (id INTEGER PRIMARY KEY CHECK (id = 1), checked_at REAL NOT NULL);
 COMMIT;
 """
 
@@ -65,6 +68,25 @@ def _create_tables(connection: sqlite3.Connection) -> None:
     connection.executescript(_SCHEMA)
 
 
+class _Unwritten:
+    """Acknowledgements and requeues this process could not write to one file (a full disk):
+    kept here and written at the next chance, so a message is neither run twice nor left
+    reserved by a process that no longer holds it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.acks: set[str] = set()
+        self.requeues: set[str] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.acks or self.requeues)
+
+
+#: by database path, for this process only (a forked child starts with none)
+_UNWRITTEN: dict[str, _Unwritten] = {}
+os.register_at_fork(after_in_child=_UNWRITTEN.clear)
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this id exists on this host (one we may not signal still counts)."""
     try:
@@ -80,7 +102,7 @@ class QueueStore:
     """Messages, queues, exchanges and bindings in one SQLite file shared by every process."""
 
     def __init__(self, path: str) -> None:
-        self.db = Database(path, _create_tables, error=TransportError)
+        self.db = Database(path, _create_tables, error=TransportError, unavailable=BrokerStorageError)
         #: ``UPDATE ... RETURNING`` claims a message in one statement (SQLite 3.35+); older
         #: libraries claim it in a ``BEGIN IMMEDIATE`` transaction instead.
         self.use_returning = sqlite3.sqlite_version_info >= (3, 35, 0)
@@ -165,6 +187,65 @@ class QueueStore:
             return sum(
                 conn.execute(f"UPDATE messages SET {_RELEASE} WHERE tag = ?", (tag,)).rowcount for tag in tags
             )
+
+    # -- writes kept for later -------------------------------------------------------------------
+
+    @property
+    def _unwritten(self) -> _Unwritten:
+        return _UNWRITTEN.setdefault(self.db.path, _Unwritten())
+
+    def ack_later(self, tags: Iterable[str]) -> None:
+        """Remember acknowledgements that could not be written; :meth:`write_later` writes them."""
+        unwritten = self._unwritten
+        with unwritten.lock:
+            tags = set(tags)
+            unwritten.acks |= tags
+            unwritten.requeues -= tags
+
+    def requeue_later(self, tags: Iterable[str]) -> None:
+        """Remember requeues that could not be written; :meth:`write_later` writes them."""
+        unwritten = self._unwritten
+        with unwritten.lock:
+            unwritten.requeues |= set(tags) - unwritten.acks
+
+    @property
+    def unwritten(self) -> tuple[int, int]:
+        """``(acknowledgements, requeues)`` this process still has to write to the file."""
+        unwritten = _UNWRITTEN.get(self.db.path)
+        return (0, 0) if unwritten is None else (len(unwritten.acks), len(unwritten.requeues))
+
+    def write_later(self) -> tuple[int, int]:
+        """Write the remembered acknowledgements and requeues in one transaction; return how many
+        of each were written. They stay remembered if that fails (:class:`BrokerStorageError`)."""
+        unwritten = _UNWRITTEN.get(self.db.path)
+        if not unwritten:
+            return (0, 0)
+        with unwritten.lock:
+            acks, requeues = sorted(unwritten.acks), sorted(unwritten.requeues)
+            with self.db.transaction() as conn:
+                conn.executemany("DELETE FROM messages WHERE tag = ?", [(tag,) for tag in acks])
+                conn.executemany(
+                    f"UPDATE messages SET {_RELEASE} WHERE tag = ?", [(tag,) for tag in requeues]
+                )
+            unwritten.acks.clear()
+            unwritten.requeues.clear()
+        return len(acks), len(requeues)
+
+    def check_writable(self) -> None:
+        """Write one small row, so a file that cannot be written (a full disk) is found when a
+        connection opens rather than at its first delivery: the worker retries a connection that
+        fails to open with its back-off, and one that fails later at once. After a full disk,
+        it waits for room (:class:`~.disk.FullDisks`)."""
+        lacking = FULL_DISKS.lacking_room(self.db.path)
+        if lacking is not None:
+            raise BrokerStorageError(lacking)
+        with self.db.transaction() as conn:
+            conn.execute(
+                """INSERT INTO write_check (id, checked_at) VALUES (1, ?)
+                   ON CONFLICT (id) DO UPDATE SET checked_at = excluded.checked_at""",
+                (time.time(),),
+            )
+        FULL_DISKS.room_again(self.db.path)
 
     def renew(self, tags: Sequence[str]) -> None:
         """Refresh this consumer's reservations so the visibility timeout does not reclaim them."""
