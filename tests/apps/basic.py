@@ -105,6 +105,15 @@ def record_slowly(path, value, seconds):
     return value
 
 
+@app.task
+def pause_then_record(path, value, seconds):
+    """``record`` after a pause, acknowledged when it starts (the default)."""
+    time.sleep(seconds)
+    with open(path, "a") as handle:
+        handle.write(f"{value}\n")
+    return value
+
+
 @app.task(bind=True)
 def whoami(self):
     return {"id": self.request.id, "retries": self.request.retries, "hostname": self.request.hostname,
