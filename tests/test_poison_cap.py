@@ -151,3 +151,34 @@ def test_a_classic_rabbitmq_queue_with_nothing_to_count_on_says_the_cap_does_not
         worker.stop()
     finally:
         delete_queue(AMQP, queue)
+
+
+def test_a_celery_apps_task_that_takes_its_worker_down_fails_through_celerys_backend_and_calls_its_errback(
+        workers, redis_server, tmp_path):
+    from celery import Celery
+
+    broker, backend = redis_server.url, f"redis://127.0.0.1:{redis_server.port}/1"
+    signals = tmp_path / "signals.log"
+    env = {"PYTHONPATH": str(TESTS), "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": backend,
+           "CELERY_PROJ_SIGNALS": str(signals), "WORKER_WORKER_REDELIVERY_LIMIT": str(LIMIT),
+           "WORKER_BROKER_TRANSPORT_OPTIONS": json.dumps({"visibility_timeout": 1,
+                                                          "unacked_restore_interval": 1})}
+    client = Celery("client", broker=broker, backend=backend)
+    client.conf.update(broker_connection_retry_on_startup=True,
+                       broker_transport_options={"visibility_timeout": 1})
+    tasks = "apps.celery_proj.tasks"
+    poisoned = client.send_task(f"{tasks}.segfault", link_error=client.signature(f"{tasks}.on_error_id"))
+
+    worker, exits = _run_until_capped(
+        lambda: workers.start("-c", "1", app="apps.celery_proj", pool="threads", env=env, ready=False))
+
+    assert exits == [-signal.SIGSEGV] * (LIMIT + 1)
+    with pytest.raises(Exception, match=r"worker_redelivery_limit=2") as failed:
+        poisoned.get(timeout=10)
+    assert type(failed.value).__name__ == "WorkerLostError"
+    wait_for(lambda: f"errback-id {poisoned.id}" in signals.read_text(), timeout=10, message="the errback")
+    assert signals.read_text().count(f"errback-id {poisoned.id}") == 1  # Celery's backend called it, once
+    assert [line.split()[1] for line in signals.read_text().splitlines()].count("segfault") == LIMIT + 1
+    assert client.send_task(f"{tasks}.add", (2, 3)).get(timeout=10) == 5
+    assert worker.stop() == 0
+    client.close()

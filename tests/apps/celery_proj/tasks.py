@@ -185,6 +185,15 @@ def grows_chord(self, value):
     return value
 
 
+@app.task(acks_late=True)
+def segfault():
+    """Takes its whole worker down every time: a poison message for every pool."""
+    import ctypes
+
+    record("segfault")
+    ctypes.string_at(0)
+
+
 @app.task
 def on_error(request, exc, traceback):
     """An errback Celery calls with the failed task's request, exception and traceback."""
