@@ -4,6 +4,7 @@ the acknowledgements, rejections and copies of the messages it delivered."""
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,13 @@ if TYPE_CHECKING:
 __all__ = ["TaskConsumer"]
 
 logger = logging.getLogger("worker.consumer")
+
+#: most window changes sent in one turn of the loop (see ``TaskConsumer.update_qos``)
+_QOS_ROUNDS = 8
+#: most messages handled after each of those (the rest wait for the loop)
+_ARRIVED_PER_ROUND = 256
+#: seconds before the window is sent again when it still moved after those
+_QOS_FOLLOW_UP = 0.001
 
 #: a dead letter is sent from the loop's thread: a few quick tries, then the line that says so
 _DEAD_LETTER_RETRY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
@@ -54,6 +62,8 @@ class TaskConsumer:
         self.eta_limit = consumer.app.settings.worker_eta_task_limit
         #: the window last sent to the broker on this connection (after the limit)
         self._sent_prefetch: int | None = None
+        #: a timer will send the window again (it still moved after a turn's updates)
+        self._qos_follow_up = False
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -167,7 +177,6 @@ class TaskConsumer:
         # sends 0, no window at all, past AMQP's largest count.)
         prefetch_count = self._capped(prefetch_count)
         if self.kombu is not None and prefetch_count != self._sent_prefetch:
-            logger.debug("basic.qos: prefetch_count->%d", prefetch_count)
             self.kombu.qos(prefetch_count=prefetch_count, apply_global=not self.per_consumer)
             self._sent_prefetch = prefetch_count
 
@@ -178,10 +187,46 @@ class TaskConsumer:
         return prefetch_count
 
     def update_qos(self) -> None:
-        """Send a changed window to the broker (between loop turns: changes are batched)."""
+        """Send a changed window to the broker (between loop turns: changes are batched).
+
+        RabbitMQ may deliver what a wider window lets through before its answer to the change,
+        and what comes with the answer is read with it: those messages are not reported to the
+        loop as readable, and when they are held for their ETA they widen the window again with
+        nothing to wake the loop and send it. So what arrived is handled here, and the window sent
+        again until it stays put: a few times in this turn, then from a timer a millisecond later
+        (which also keeps the loop from sleeping until its next timer meanwhile).
+        """
         qos = self.qos
-        if qos is not None and qos.prev != qos.value:
+        for _ in range(_QOS_ROUNDS):
+            if qos is None or qos.prev == qos.value:
+                return
             qos.update()
+            self._handle_arrived()
+            qos = self.qos  # (a lost connection forgets it)
+        timer = self.consumer.timer
+        if qos is not None and qos.prev != qos.value and timer is not None and not self._qos_follow_up:
+            self._qos_follow_up = True
+            timer.call_after(_QOS_FOLLOW_UP, self._follow_up_qos)
+
+    def _follow_up_qos(self) -> None:
+        self._qos_follow_up = False
+        self.update_qos()
+
+    def _handle_arrived(self) -> None:
+        """Handle the messages that have arrived on an AMQP connection, without waiting (other
+        transports: nothing to do, their window is the client's)."""
+        connection = self.consumer.broker.connection
+        if connection is None or getattr(connection.transport, "driver_type", None) != "amqp":
+            return
+        for _ in range(_ARRIVED_PER_ROUND):
+            try:
+                connection.drain_events(timeout=0)
+            except TimeoutError:
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                    return
+                raise
 
     def prefetch_eventually(self, delta: int) -> None:
         """Widen (or narrow) the window by ``delta`` at the next update: a message held for its
