@@ -104,11 +104,15 @@ class PoisonCap:
         key = f"worker-deliveries-{envelope.id}-{envelope.retries}-{copy}"
         transport = self._transport()
         try:
+            backend = self.consumer.app.backend
             if isinstance(transport, CountsDeliveries):
                 connection = self.consumer.broker.connection
                 if connection is not None:
                     return transport.count_delivery(connection, key, COUNTER_EXPIRES), "on the broker"
-            backend = self.consumer.app.backend
+                if not isinstance(backend, BackendCountsDeliveries):
+                    logger.warning("Could not count the delivery of %s (the broker connection is down): "
+                                   "it runs without the poison cap this time", request.label)
+                    return None, ""
             if isinstance(backend, BackendCountsDeliveries):
                 return backend.count_delivery(key, COUNTER_EXPIRES), "in the result backend"
         except Exception as exc:
