@@ -243,8 +243,8 @@ def test_the_setting_must_map_names_to_values() -> None:
 
 def test_an_options_variable_close_to_a_setting_is_no_typo_once_the_options_are_known() -> None:
     environ = {"WORKER_SEND_TASK_EVENTS": "1"}  # close to WORKER_WORKER_SEND_TASK_EVENTS
-    with pytest.raises(ConfigurationError, match=re.escape("WORKER_SEND_TASK_EVENTS is not a setting. Did you "
-                                                           "mean WORKER_WORKER_SEND_TASK_EVENTS?")):
+    expected = "WORKER_SEND_TASK_EVENTS is not a setting. Did you mean WORKER_WORKER_SEND_TASK_EVENTS?"
+    with pytest.raises(ConfigurationError, match=re.escape(expected)):
         check_environment(environ)
     check_environment(environ, plugin_options={"send_task_events"})
     check_environment(environ, plugin_options=lambda: {"send_task_events"})
