@@ -4,7 +4,12 @@ listed by ``inspect scheduled`` and revoked at once."""
 
 from __future__ import annotations
 
+import base64
+import gc
+import json
+import sys
 import time
+import types
 import uuid
 
 import kombu
@@ -13,7 +18,12 @@ from apps import basic
 from conftest import delete_queue
 from workers import TESTS, wait_for
 
+from worker_core import App
+from worker_core.consumer.eta import HeldTask
 from worker_core.control.client import broadcast
+from worker_core.protocol import decode_task, task_message
+from worker_core.request import Request
+from worker_core.transports.message import Message as VirtualMessage
 
 
 @pytest.fixture(params=["redis", "amqp"])
@@ -84,3 +94,113 @@ def test_a_backlog_of_countdown_tasks_is_taken_without_waiting_on_the_loop_timer
     assert len(_ask(name, "scheduled")) == 400  # type: ignore[arg-type]
     assert _ready(broker, queue) == 0
     worker.stop()
+
+
+def test_held_tasks_are_listed_by_inspect_scheduled_revoked_at_once_and_expire(workers, broker, queue,
+                                                                              tmp_path):
+    proof = tmp_path / "ran"
+    worker, name = _start(workers, broker, queue)
+    kept = [basic.record.apply_async((str(proof), f"kept-{n}"), {}, countdown=3, queue=queue)
+            for n in range(2)]
+    revoked = basic.record.apply_async((str(proof), "revoked"), countdown=3, queue=queue)
+    expired = basic.record.apply_async((str(proof), "expired"), countdown=2, expires=1, queue=queue)
+    wait_for(lambda: len(_ask(name, "scheduled")) == 4, message="four tasks held")  # type: ignore[arg-type]
+    listed = {entry["request"]["id"]: entry for entry in _ask(name, "scheduled")}  # type: ignore[union-attr]
+    entry = listed[kept[0].id]
+    assert entry["request"]["args"] == [str(proof), "kept-0"] and entry["request"]["kwargs"] == {}
+    assert entry["request"]["name"] == "apps.basic.record" and entry["request"]["acknowledged"] is False
+    assert entry["request"]["delivery_info"]["routing_key"] == queue and entry["eta"].startswith("20")
+    assert _ask(name, "query_task", ids=[revoked.id])[revoked.id][0] == "scheduled"  # type: ignore[index]
+    assert _ask(name, "revoke", task_id=revoked.id) == {"ok": f"tasks { {revoked.id} } flagged as revoked"}
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{revoked.id}] (revoked)")
+    assert sorted(e["request"]["id"] for e in _ask(name, "scheduled")) == sorted(  # type: ignore[union-attr]
+        [kept[0].id, kept[1].id, expired.id])
+    worker.wait_log(f"Discarding revoked task: apps.basic.record[{expired.id}] (expired)", timeout=10)
+    wait_for(lambda: len(basic.lines(proof)) >= 2, timeout=10, message="the kept tasks to run")
+    assert _ask(name, "scheduled") == []
+    assert _ask(name, "stats")["prefetch_count"] == 1  # type: ignore[index]  # every slot given back
+    worker.stop()
+    assert sorted(basic.lines(proof)) == ["kept-0", "kept-1"]
+
+
+# -- the compact form ------------------------------------------------------------------------------
+
+
+def _kept_bytes(held: HeldTask) -> int:
+    """What a held task keeps that nothing else shares: its own objects, followed through their
+    references (the task and the channel are the worker's, shared by every message)."""
+    shared = {id(held.task), id(held.channel)}
+    total, stack = 0, [held]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in shared or isinstance(obj, (type, types.ModuleType)) or obj is None:
+            continue
+        if isinstance(obj, bool) or (type(obj) is int and -5 <= obj <= 256):
+            continue  # one object for the whole process
+        shared.add(id(obj))
+        total += sys.getsizeof(obj)
+        stack.extend(gc.get_referents(obj))
+    return total
+
+
+@pytest.fixture
+def held_message():
+    """A Celery countdown message as a Redis channel delivers it (kombu's envelope, a core
+    message), or as RabbitMQ's does (a kombu message from its fields)."""
+    app = App("held")
+
+    @app.task(name="proj.tasks.add")
+    def add(x, y):
+        return x + y
+
+    connection = kombu.Connection("memory://")
+    channel = connection.default_channel
+    task_id = str(uuid.uuid4())
+    out = task_message("proj.tasks.add", task_id, (2, 3), countdown=3600, origin="gen4242@host.example.com")
+    body = json.dumps(list(out.body)).encode()
+    properties = {**out.properties, "delivery_mode": 2, "priority": 0, "body_encoding": "base64",
+                  "delivery_info": {"exchange": "", "routing_key": "celery"},
+                  "delivery_tag": str(uuid.uuid4())}
+    envelope = {"body": base64.b64encode(body).decode(), "content-encoding": "utf-8",
+                "content-type": "application/json", "headers": out.headers, "properties": properties}
+
+    def make(kind: str):
+        if kind == "envelope":
+            message = VirtualMessage(json.loads(json.dumps(envelope)), channel=channel)
+        else:
+            message = kombu.message.Message(
+                body=body, delivery_tag=7, content_type="application/json", content_encoding="utf-8",
+                delivery_info={"exchange": "", "routing_key": "celery", "consumer_tag": "None4",
+                               "redelivered": False},
+                properties={k: v for k, v in properties.items()
+                            if k not in ("body_encoding", "delivery_tag")},
+                headers=json.loads(json.dumps(out.headers)), channel=channel)
+        envelope_ = decode_task(message.headers, message.properties, message.body, message.content_type,
+                                message.content_encoding, accept=frozenset({"application/json"}),
+                                max_size=2**20)
+        return Request(None, message, envelope_, add), message  # type: ignore[arg-type]
+
+    yield make
+    connection.close()
+
+
+@pytest.mark.parametrize("kind", ["envelope", "fields"])
+def test_a_held_task_keeps_under_three_quarters_of_a_kilobyte_and_is_built_again_whole(held_message, kind):
+    # a held task may cost the worker 1 KiB in all: the rest is for the broker client's record of
+    # the delivery (kombu's on Redis) and the worker's list of held tasks
+    request, message = held_message(kind)
+    held = HeldTask(request.envelope.eta.timestamp(), request)
+    assert isinstance(held.kept, bytes)  # not the request, its envelope or its message
+    assert _kept_bytes(held) < 768, _kept_bytes(held)
+    settings = types.SimpleNamespace(worker_max_message_size=2**20)
+    again = held.request(types.SimpleNamespace(app=types.SimpleNamespace(settings=settings)),  # type: ignore[arg-type]
+                         Request, frozenset({"application/json"}))
+    assert again.envelope == request.envelope or vars_of(again.envelope) == vars_of(request.envelope)
+    assert again.message.delivery_tag == message.delivery_tag and again.message.channel is message.channel
+    assert dict(again.message.headers) == dict(message.headers) and again.message.body == message.body
+    assert again.message.delivery_info == message.delivery_info
+    assert again.task is request.task and again.id == request.id
+
+
+def vars_of(envelope) -> dict:
+    return {name: getattr(envelope, name) for name in type(envelope).__slots__ if not name.startswith("__")}

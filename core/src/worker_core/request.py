@@ -61,7 +61,6 @@ class Request:
         "task",
         "terminate_signal",
         "time_start",
-        "timer_entry",
         "worker_pid",
     )
 
@@ -77,7 +76,6 @@ class Request:
         self.time_start: float | None = None
         self.worker_pid: int | None = None
         self.finished = False
-        self.timer_entry: Any = None
         #: what the pool returned for this request's job (see ``Pool.withdraw_job``)
         self.pool_job: Any = None
         #: earlier starts of this task that ended without an outcome (its process or worker died):

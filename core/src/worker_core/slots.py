@@ -57,6 +57,7 @@ __all__ = [
     "LeasesMessages",
     "LoopContext",
     "OffersResultBackend",
+    "ParksMessages",
     "Pool",
     "PoolFactory",
     "PoolOptions",
@@ -382,6 +383,24 @@ class CountsDeliveries(Protocol):
         ``expires`` seconds after its last count. ``connection`` is a kombu connection made with
         :meth:`Transport.kombu_transport`. Raise on any failure (the task then runs uncounted,
         with a log line that says so)."""
+
+
+@runtime_checkable
+class ParksMessages(Protocol):
+    """A kombu channel (of a transport plugin) that keeps each message it delivered until it is
+    acknowledged, as kombu's virtual transports do, and can keep one the worker holds for a long
+    time (waiting for its ETA) in the worker's compact form instead.
+
+    Test for it with ``isinstance(message.channel, ParksMessages)``. Without it the channel keeps
+    the whole message, and a held task costs the worker that much more memory.
+    """
+
+    def park_message(self, delivery_tag: Any, envelope: bytes) -> None:
+        """Keep the delivered message ``delivery_tag`` as ``envelope`` from now on: its kombu
+        envelope (the ``_raw`` of kombu's virtual message) packed with
+        :func:`worker_core.protocol.packing.pack`, which :func:`~worker_core.protocol.packing.unpack`
+        turns back into it whenever the channel needs the message (to put a copy back). The
+        worker acknowledges or rejects it by its tag as before."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,19 +21,30 @@ if TYPE_CHECKING:
 
     from .consumer import Consumer
 
-__all__ = ["make_handler"]
+__all__ = ["accepted", "make_handler", "request_class"]
 
 logger = logging.getLogger("worker.consumer")
+
+
+def accepted(consumer: Consumer) -> frozenset[str]:
+    """The content types the worker decodes (``accept_content``)."""
+    return frozenset(prepare_accept_content(list(consumer.app.settings.accept_content)))
+
+
+def request_class(consumer: Consumer) -> Callable[..., Request]:
+    """What builds a request: an app loader's app runs its tasks its own way."""
+    app = consumer.app
+    return app.request_class if isinstance(app, ForeignApp) else Request
 
 
 def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     """The ``on_message`` callback: decode, look the task up, hand a Request to the consumer."""
     settings = consumer.app.settings
-    accept = frozenset(prepare_accept_content(list(settings.accept_content)))
+    accept = accepted(consumer)
     max_size = settings.worker_max_message_size
     tasks = consumer.app.tasks
-    # an app loader's app runs its tasks its own way (decided here, once, not per message)
-    make_request = consumer.app.request_class if isinstance(consumer.app, ForeignApp) else Request
+    # (decided here, once, not per message)
+    make_request = request_class(consumer)
     limit = settings.worker_redelivery_limit
     poison = consumer.poison
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..protocol import utcnow
 from ..slots import SharesOneQueue, WithdrawsOneJob, WithdrawsQueuedJobs
+from .eta import EtaHold, HeldTask
+from .handler import accepted, request_class
 from .ratelimit import RateLimits
 
 if TYPE_CHECKING:
@@ -28,8 +30,9 @@ class Reservations:
     """What the consumer holds, and how it goes to the pool.
 
     ``reserved`` holds every request from its arrival (or the end of its ETA wait) to its end;
-    ``ready`` those waiting for room in the pool, ``eta_held`` those waiting for their ETA,
-    ``active`` those running. ``inflight`` counts the requests handed to the pool and not done.
+    ``ready`` those waiting for room in the pool, ``active`` those running; ``eta_held`` the
+    tasks waiting for their ETA, in their compact form (:mod:`.eta`). ``inflight`` counts the
+    requests handed to the pool and not done.
     """
 
     def __init__(self, consumer: Consumer) -> None:
@@ -38,7 +41,9 @@ class Reservations:
         self.revoked = consumer.worker.revoked
         self.fcfs = consumer.options.scheduling == "fcfs"
         self.ready: collections.deque[Request] = collections.deque()
-        self.eta_held: set[Request] = set()
+        self.eta_held = EtaHold(consumer.timer, self._eta_due)
+        self._make_request = request_class(consumer)
+        self._accept = accepted(consumer)
         self.reserved: set[Request] = set()
         self.active: set[Request] = set()
         self.inflight = 0
@@ -80,19 +85,25 @@ class Reservations:
     def _hold_until_eta(self, request: Request, delay: float) -> None:
         # The message stays unacknowledged until it runs; widen the window so it does not
         # block other messages meanwhile.
-        timer = self.consumer.timer
-        assert timer is not None
+        assert request.envelope.eta is not None
         self.consumer.tasks.prefetch_eventually(1)
         self.consumer.leases.check(request, delay)
-        self.eta_held.add(request)
-        request.timer_entry = timer.call_after(delay, self._eta_due, (request,))
+        self.eta_held.add(HeldTask(request.envelope.eta.timestamp(), request))
 
-    def _eta_due(self, request: Request) -> None:
-        if request not in self.eta_held:
-            return
-        self.eta_held.discard(request)
-        request.timer_entry = None
+    def held_request(self, held: HeldTask) -> Request:
+        """The request of a task held for its ETA, built again from its message."""
+        return held.request(self.consumer, self._make_request, self._accept)
+
+    def _eta_due(self, held: HeldTask) -> None:
         self.consumer.tasks.prefetch_eventually(-1)
+        try:
+            request = self.held_request(held)
+        except Exception as exc:
+            # it was read once as it arrived: only a fault here can make it unreadable now
+            logger.critical("Internal error while building task %s again at its ETA: %r; it goes back "
+                            "to the broker", held.id, exc, exc_info=True)
+            self.consumer.tasks.reject(held.message(), requeue=True)
+            return
         expires = request.envelope.expires
         if expires is not None and expires <= utcnow():
             request.revoke("expired")
@@ -178,9 +189,10 @@ class Reservations:
     def requests_by_id(self, task_ids: Collection[str]) -> dict[str, Request]:
         """The requests with these ids this worker holds: waiting (for room, their ETA or their
         rate limit), queued in the pool or running."""
-        return {request.id: request
-                for request in itertools.chain(self.reserved, self.eta_held, self.rate_limits.waiting())
-                if request.id in task_ids}
+        found = {request.id: request for request in itertools.chain(self.reserved, self.rate_limits.waiting())
+                 if request.id in task_ids}
+        found.update((held.id, self.held_request(held)) for held in self.eta_held if held.id in task_ids)
+        return found
 
     def revoke_waiting(self, task_ids: Collection[str]) -> list[Request]:
         """Discard the requests with these ids that have not started (waiting for room, their ETA
@@ -191,13 +203,10 @@ class Reservations:
             kept = [request for request in self.ready if request.id not in task_ids]
             self.ready.clear()
             self.ready.extend(kept)
-        held = [request for request in self.eta_held if request.id in task_ids]
-        for request in held:
-            self.eta_held.discard(request)
-            if request.timer_entry is not None:
-                request.timer_entry.cancel()
-                request.timer_entry = None
+        held = []
+        for task in self.eta_held.take(task_ids):
             self.consumer.tasks.prefetch_eventually(-1)
+            held.append(self.held_request(task))
         held += self.rate_limits.discard(task_ids)
         for request in waiting + held:
             request.revoke("revoked")
@@ -223,15 +232,11 @@ class Reservations:
         leaving a broker that still answers) their messages are requeued now, so that another
         worker runs them while the running tasks finish; without it (the connection is gone)
         they stay unacknowledged and the broker delivers them again. Returns how many."""
-        for request in self.eta_held:
-            if request.timer_entry is not None:
-                request.timer_entry.cancel()
-                request.timer_entry = None
-        dropped = [*self.ready, *self.eta_held]
+        held = self.eta_held.clear()
+        dropped = list(self.ready)
         for request in dropped:
             self.reserved.discard(request)
         self.ready.clear()
-        self.eta_held.clear()
         dropped += self.rate_limits.forget()
         self._give_back = give_back
         pool = self.worker.pool
@@ -240,7 +245,9 @@ class Reservations:
         if give_back:
             for request in dropped:
                 request.reject(requeue=True)
-        return len(dropped) + withdrawn
+            for task in held:
+                self.consumer.tasks.reject(task.message(), requeue=True)
+        return len(dropped) + len(held) + withdrawn
 
     def withdrawn(self, request: Request) -> None:
         """The pool gave ``request`` back unstarted (``JobWithdrawn``): requeued now if the last

@@ -108,8 +108,10 @@ def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[s
     consumer = worker.consumer
     if consumer is None:
         return []
+    held = consumer.reservations
+    requests = [held.held_request(task) for task in held.eta_held]
     return [{"eta": r.envelope.eta.isoformat() if r.envelope.eta else None, "priority": None,
-             "request": request_info(r)} for r in consumer.reservations.eta_held]
+             "request": request_info(r)} for r in requests]
 
 
 def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False,
@@ -363,7 +365,7 @@ def query_task(worker: Worker, ids: Any = None, **_celery: Any) -> dict[str, Any
     held = consumer.reservations
     found = held.requests_by_id(wanted)
     return {task_id: ["active" if request in held.active else
-                      "scheduled" if request in held.eta_held else "reserved", request_info(request)]
+                      "scheduled" if task_id in held.eta_held else "reserved", request_info(request)]
             for task_id, request in found.items()}
 
 

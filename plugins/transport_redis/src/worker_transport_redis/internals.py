@@ -19,6 +19,8 @@ name                                                used for
                                                     record is still on its way)
 ``Message._raw``                                    the envelope that copy is made of (the core's
                                                     message keeps it where kombu's does)
+``QoS._delivered``                                  a held message replaced by its packed form
+                                                    (``park_message``); without it, kept whole
 ``MultiChannelPoller._chan_to_sock``,               whether a fetch in flight is read soon, so the
 ``MultiChannelPoller._paused_brpop``                buffered acks may wait for it
 ``MultiChannelPoller._in_protected_read``           whether a cancel comes from inside kombu's read
@@ -206,6 +208,14 @@ def restore_message(channel: Any, payload: Any, exchange: Any, routing_key: Any,
 def envelope_of(message: Any) -> Any:
     """The envelope a message was built from (kept by the core's message as kombu's keeps it)."""
     return message._raw
+
+
+def replace_delivered(qos: Any, delivery_tag: str, stand_in: Any) -> None:
+    """Keep ``stand_in`` instead of the message the QoS counts under ``delivery_tag`` (nothing
+    when it counts none, or when kombu keeps its messages elsewhere: they stay whole)."""
+    delivered = getattr(qos, "_delivered", None)
+    if isinstance(delivered, dict) and delivery_tag in delivered:
+        delivered[delivery_tag] = stand_in
 
 
 def brpop_socket(poller: Any, channel: Any) -> Any:

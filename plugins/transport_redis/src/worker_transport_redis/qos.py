@@ -13,6 +13,7 @@ from kombu.transport import virtual as _virtual
 
 from . import internals
 from .acks import owe
+from .parked import Parked
 
 if TYPE_CHECKING:
     from .channel import Channel
@@ -62,6 +63,10 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
     def record(self, message: Any, delivery_tag: str) -> None:
         """Record the message in ``unacked`` and count it (kombu's ``append``)."""
         super().append(message, delivery_tag)
+
+    def park(self, delivery_tag: str, envelope: bytes) -> None:
+        """Keep the message counted under ``delivery_tag`` packed (see :mod:`.parked`)."""
+        internals.replace_delivered(self, delivery_tag, Parked(envelope))
 
     def take_copy(self, delivery_tag: str) -> bool:
         """Whether the message just delivered under ``delivery_tag`` is a copy of a held one."""

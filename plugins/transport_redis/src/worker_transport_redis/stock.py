@@ -120,6 +120,10 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
         if self.ack_emulation:
             self.leases.attach(self)
 
+    def park_message(self, delivery_tag: str, envelope: bytes) -> None:
+        """Keep a message the worker holds for its ETA packed (:class:`~worker_core.slots.ParksMessages`)."""
+        self.qos.park(delivery_tag, envelope)
+
     def renew_leases(self, tags: Sequence[str], score: float) -> None:
         """Set the ``unacked_index`` score of each of ``tags`` still there to ``score``."""
         with self.conn_or_acquire() as client:
