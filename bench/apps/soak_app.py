@@ -1,5 +1,6 @@
-"""The soak's task: every execution appends one line to a Redis list (``SOAK_LEDGER_URL``), naming
-the task, the process, the worker generation and whether the broker redelivered the message."""
+"""The soak's task: every execution appends one line to a Redis list (``SOAK_LEDGER_URL``) as it
+starts, naming the task, the process, the worker generation and whether the broker redelivered the
+message; a long task then sleeps for ``seconds``."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def _ledger() -> redis.Redis:
 
 
 @app.task(name="soak.record", bind=True, ignore_result=True)
-def record(self) -> None:
+def record(self, seconds: float = 0.0) -> None:
     redelivered = int(bool((self.request.delivery_info or {}).get("redelivered")))
     generation = os.environ.get("SOAK_GENERATION", "0")
     line = f"{self.request.id} {os.getpid()} {generation} {redelivered} {time.time():.6f}"
     _ledger().rpush(LEDGER_KEY, line)
+    if seconds:
+        time.sleep(seconds)

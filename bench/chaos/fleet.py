@@ -1,5 +1,6 @@
-"""The worker under test: one ``workerctl worker`` process at a time, started again (a new generation)
-after it is killed, with its pool children found through /proc."""
+"""The workers under test: ``size`` ``workerctl worker`` processes at a time, each started again (a new
+generation, numbered across the fleet) after it is killed, with their pool children found through
+/proc."""
 
 from __future__ import annotations
 
@@ -19,46 +20,74 @@ APPS = Path(__file__).resolve().parent.parent / "apps"
 
 
 class Fleet:
-    """Starts the worker, kills it (and its children) with SIGKILL, and notices when it exits
-    without being told to (a crash)."""
+    """Starts the workers, kills one (and its children) with SIGKILL, stops one warmly, and notices
+    when one exits without being told to (a crash).
 
-    def __init__(self, args: Sequence[str], env: Mapping[str, str], logdir: Path) -> None:
+    :param args: the worker's arguments; ``name`` (``{slot}`` in it becomes the worker's slot
+        number) is added as ``-n``.
+    """
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], logdir: Path, *, name: str,
+                 size: int = 1) -> None:
         self.args = list(args)
         self.env = dict(env)
         self.logdir = logdir
+        self.name = name
+        #: the last generation started, in the whole fleet
         self.generation = 0
-        self.process: subprocess.Popen[bytes] | None = None
+        #: per slot: the worker process and its generation
+        self.processes: list[subprocess.Popen[bytes] | None] = [None] * size
+        self.generations = [0] * size
         #: (generation, exit status) of every worker that exited on its own
         self.crashes: list[tuple[int, int]] = []
+
+    @property
+    def size(self) -> int:
+        return len(self.processes)
 
     def log_path(self, generation: int) -> Path:
         return self.logdir / f"worker-{generation}.log"
 
-    def start(self) -> None:
-        self.generation += 1
-        env = dict(self.env, SOAK_GENERATION=str(self.generation), PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join(filter(None, [str(APPS), self.env.get("PYTHONPATH")])))
-        with self.log_path(self.generation).open("wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "worker_core", "worker", *self.args],
-                                            cwd=APPS, env=env, stdout=log, stderr=subprocess.STDOUT)
+    def start(self, slot: int | None = None) -> None:
+        """Start the worker of ``slot`` (every slot when None) as a new generation."""
+        for index in range(self.size) if slot is None else (slot,):
+            self.generation += 1
+            self.generations[index] = self.generation
+            env = dict(self.env, SOAK_GENERATION=str(self.generation), PYTHONUNBUFFERED="1",
+                       PYTHONPATH=os.pathsep.join(filter(None, [str(APPS), self.env.get("PYTHONPATH")])))
+            args = [*self.args, "-n", self.name.format(slot=index)]
+            with self.log_path(self.generation).open("wb") as log:
+                self.processes[index] = subprocess.Popen(
+                    [sys.executable, "-m", "worker_core", "worker", *args],
+                    cwd=APPS, env=env, stdout=log, stderr=subprocess.STDOUT)
 
-    @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process is not None else None
+    def pid(self, slot: int) -> int | None:
+        process = self.processes[slot]
+        return process.pid if process is not None else None
 
-    def children(self) -> list[int]:
-        return children_of(self.process.pid) if self.alive() and self.process is not None else []
+    def children(self, slot: int | None = None) -> list[int]:
+        """Pool children of the worker of ``slot`` (of every worker when None)."""
+        found: list[int] = []
+        for index in range(self.size) if slot is None else (slot,):
+            process = self.processes[index]
+            if process is not None and process.poll() is None:
+                found.extend(children_of(process.pid))
+        return found
 
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+    def alive(self, slot: int) -> bool:
+        process = self.processes[slot]
+        return process is not None and process.poll() is None
 
     def check(self) -> bool:
-        """Start the worker again if it exited by itself; True when that happened (a crash)."""
-        if self.process is None or self.process.poll() is None:
-            return False
-        self.crashes.append((self.generation, self.process.returncode))
-        self.start()
-        return True
+        """Start again every worker that exited by itself; True when one did (a crash)."""
+        crashed = False
+        for index, process in enumerate(self.processes):
+            if process is None or process.poll() is None:
+                continue
+            self.crashes.append((self.generations[index], process.returncode))
+            self.start(index)
+            crashed = True
+        return crashed
 
     def kill_child(self, pid: int) -> bool:
         try:
@@ -67,27 +96,44 @@ class Fleet:
         except ProcessLookupError:
             return False
 
-    def kill(self) -> None:
-        """SIGKILL the worker and every child it has (no warm anything)."""
-        if self.process is None:
-            return
-        for child in children_of(self.process.pid):
-            self.kill_child(child)
-        self.process.kill()
-        self.process.wait()
+    def kill(self, slot: int | None = None) -> None:
+        """SIGKILL the worker of ``slot`` (every worker when None) and its children: no warm
+        anything."""
+        for index in range(self.size) if slot is None else (slot,):
+            process = self.processes[index]
+            if process is None:
+                continue
+            for child in children_of(process.pid):
+                self.kill_child(child)
+            process.kill()
+            process.wait()
+
+    def terminate(self, slot: int) -> None:
+        """SIGTERM the worker of ``slot``: a warm shutdown begins."""
+        process = self.processes[slot]
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
 
     def stop(self, timeout: float = 60.0) -> int | None:
-        """Warm shutdown (SIGTERM); the exit status, or None if it had to be killed."""
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process is not None else None
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.send_signal(signal.SIGUSR1)  # soak_app dumps every thread's stack to the log
-            time.sleep(1)
-            self.kill()
+        """Warm shutdown (SIGTERM) of every worker; the worst exit status, or None if one had to
+        be killed."""
+        for index in range(self.size):
+            self.terminate(index)
+        statuses: list[int | None] = []
+        deadline = time.monotonic() + timeout
+        for index, process in enumerate(self.processes):
+            if process is None:
+                continue
+            try:
+                statuses.append(process.wait(timeout=max(deadline - time.monotonic(), 0.1)))
+            except subprocess.TimeoutExpired:
+                process.send_signal(signal.SIGUSR1)  # soak_app dumps every thread's stack to the log
+                time.sleep(1)
+                self.kill(index)
+                statuses.append(None)
+        if None in statuses:
             return None
+        return max((status for status in statuses if status is not None), key=abs, default=0)
 
     def logs(self) -> str:
         return "".join(self.log_path(g).read_text(errors="replace")

@@ -1,5 +1,7 @@
-"""Faults at random intervals: SIGKILL a pool child, SIGKILL the whole worker and start it again, or
-cut the broker connection for a while; every fault is logged with its time."""
+"""Faults at random intervals: SIGKILL a pool child, SIGKILL a whole worker and start it again, SIGTERM
+a worker and SIGKILL it a few seconds later (a grace period shorter than a task, as Kubernetes
+gives) and start it again, or cut the broker connection for a while; every fault is logged with
+its time."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from .fleet import Fleet
 
 __all__ = ["KINDS", "FaultEvent", "Injector"]
 
-KINDS = ("child-kill", "worker-kill", "connection-cut")
+KINDS = ("child-kill", "worker-kill", "connection-cut", "term-kill")
+#: How often each kind is chosen, relative to the others.
+WEIGHTS = {"child-kill": 5.0, "worker-kill": 2.0, "connection-cut": 3.0, "term-kill": 2.0}
 
 
 @attrs.frozen
@@ -25,6 +29,8 @@ class FaultEvent:
     ended: float
     generation: int
     pid: int | None = None
+    #: term-kill: whether the worker was still there for the SIGKILL (not done within the grace)
+    killed: bool = True
 
 
 @attrs.define
@@ -36,7 +42,9 @@ class Injector:
     rng: random.Random
     interval: tuple[float, float] = (0.5, 3.0)
     cut_length: tuple[float, float] = (0.2, 3.0)
-    weights: tuple[float, float, float] = (5.0, 2.0, 3.0)
+    kinds: tuple[str, ...] = KINDS
+    #: seconds between the SIGTERM and the SIGKILL of a term-kill
+    grace: float = 3.0
     events: list[FaultEvent] = attrs.Factory(list)
     next_at: float = 0.0
 
@@ -48,7 +56,7 @@ class Injector:
 
     def inject(self) -> FaultEvent | None:
         """Perform one random fault now and schedule the next."""
-        kind = self.rng.choices(KINDS, weights=self.weights)[0]
+        kind = self.rng.choices(self.kinds, weights=[WEIGHTS[kind] for kind in self.kinds])[0]
         event = getattr(self, "_" + kind.replace("-", "_"))()
         if event is not None:
             self.events.append(event)
@@ -56,28 +64,42 @@ class Injector:
         return event
 
     def _child_kill(self) -> FaultEvent | None:
-        children = self.fleet.children()
+        slot = self.rng.randrange(self.fleet.size)
+        children = self.fleet.children(slot)
         if not children:
             return None
         pid = self.rng.choice(children)
         now = time.time()
         if not self.fleet.kill_child(pid):
             return None
-        return FaultEvent("child-kill", now, now, self.fleet.generation, pid)
+        return FaultEvent("child-kill", now, now, self.fleet.generations[slot], pid)
 
     def _worker_kill(self) -> FaultEvent:
-        generation, pid = self.fleet.generation, self.fleet.pid
+        slot = self.rng.randrange(self.fleet.size)
+        generation, pid = self.fleet.generations[slot], self.fleet.pid(slot)
         now = time.time()
-        self.fleet.kill()
-        self.fleet.start()
+        self.fleet.kill(slot)
+        self.fleet.start(slot)
         return FaultEvent("worker-kill", now, now, generation, pid)
+
+    def _term_kill(self) -> FaultEvent:
+        slot = self.rng.randrange(self.fleet.size)
+        generation, pid = self.fleet.generations[slot], self.fleet.pid(slot)
+        started = time.time()
+        self.fleet.terminate(slot)
+        time.sleep(self.grace)
+        killed = self.fleet.alive(slot)
+        ended = time.time()
+        self.fleet.kill(slot)
+        self.fleet.start(slot)
+        return FaultEvent("term-kill", started, ended, generation, pid, killed)
 
     def _connection_cut(self) -> FaultEvent:
         started = time.time()
         self.proxy.cut()
         time.sleep(self.rng.uniform(*self.cut_length))
         self.proxy.restore()
-        return FaultEvent("connection-cut", started, time.time(), self.fleet.generation)
+        return FaultEvent("connection-cut", started, time.time(), -1)
 
     def count(self, kind: str) -> int:
         return sum(1 for event in self.events if event.kind == kind)

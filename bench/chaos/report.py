@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -13,14 +14,20 @@ __all__ = ["details", "table"]
 Row = tuple[str, Callable[[Outcome], Any]]
 
 ROWS: list[Row] = [
+    ("workers", lambda o: o.workers),
+    ("visibility timeout (s)", lambda o: "-" if o.visibility_timeout is None else o.visibility_timeout),
     ("tasks", lambda o: o.verdict.tasks),
+    ("  long (running s)", lambda o: f"{len(o.plan.long)} ({o.plan.long_seconds:g})" if o.plan.long else 0),
+    ("  with a countdown > visibility", lambda o: len(o.plan.countdowns)),
     ("ran at least once", lambda o: o.verdict.ran),
     ("lost (never ran)", lambda o: len(o.verdict.lost)),
     ("executions", lambda o: o.verdict.executions),
     ("duplicate runs (extra executions)", lambda o: o.verdict.extra_runs),
     *((f"  {cause}", (lambda c: lambda o: o.verdict.duplicates[c])(cause)) for cause in CAUSES),
+    ("extra runs no process death explains", lambda o: o.verdict.extra_runs_without_a_death),
     ("pool children killed (SIGKILL)", lambda o: o.faults["child-kill"]),
     ("worker killed and restarted", lambda o: o.faults["worker-kill"]),
+    ("SIGTERM, SIGKILL after the grace", lambda o: f"{o.faults['term-kill']} ({o.term_killed} killed)"),
     ("broker connection cut", lambda o: o.faults["connection-cut"]),
     ("worker crashes (exits not caused)", lambda o: len(o.crashes)),
     ("final warm shutdown exit status", lambda o: o.final_exit),
@@ -53,6 +60,11 @@ def details(outcome: Outcome, limit: int = 10) -> str:
         lines.append(f"{outcome.broker}: lost {len(verdict.lost)}: {', '.join(verdict.lost[:limit])}")
     for previous, current in verdict.unexplained[:limit]:
         lines.append(f"{outcome.broker}: unexplained run of {current.task_id}: {previous} then {current}")
+    if outcome.leftovers:
+        runs = collections.Counter(outcome.leftovers)
+        described = ", ".join(f"{task_id}" + (f" x{count}" if count > 1 else "")
+                              for task_id, count in sorted(runs.items())[:limit])
+        lines.append(f"{outcome.broker}: left in the broker: {described}")
     for generation, status in outcome.crashes:
         lines.append(f"{outcome.broker}: worker generation {generation} exited by itself ({status})")
     if outcome.stalled:

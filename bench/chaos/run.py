@@ -15,7 +15,7 @@ from pathlib import Path
 
 import attrs
 
-from .broker import open_broker
+from .broker import Plan, open_broker
 from .fleet import Fleet
 from .injector import KINDS, Injector
 from .ledger import Ledger
@@ -50,6 +50,26 @@ class SoakOptions:
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672//"
     keep: bool = False
     loglevel: str = "WARNING"
+    #: workers at once (each killed and restarted on its own)
+    workers: int = 1
+    faults: tuple[str, ...] = ("child-kill", "worker-kill", "connection-cut")
+    #: seconds between the SIGTERM and the SIGKILL of a term-kill fault
+    grace: float = 3.0
+    #: Redis's visibility_timeout (seconds)
+    visibility_timeout: float = 20.0
+    #: share of the tasks that run ``long_seconds`` (default: twice the visibility timeout)
+    long_share: float = 0.0
+    long_seconds: float | None = None
+    #: share of the tasks sent with a countdown longer than the visibility timeout (up to twice it)
+    countdown_share: float = 0.0
+
+    def plan(self, rng: random.Random) -> Plan:
+        numbers = range(self.tasks)
+        long = frozenset(rng.sample(numbers, round(self.tasks * self.long_share)))
+        countdowns = {number: round(rng.uniform(1.2, 2.0) * self.visibility_timeout, 1)
+                      for number in rng.sample(numbers, round(self.tasks * self.countdown_share))}
+        seconds = self.long_seconds if self.long_seconds is not None else 2 * self.visibility_timeout
+        return Plan(long, seconds, countdowns)
 
 
 @attrs.frozen
@@ -61,12 +81,19 @@ class Outcome:
     stalled: bool
     final_exit: int | None
     left_in_broker: int
+    #: the task ids of the messages left in the broker
+    leftovers: tuple[str, ...]
+    plan: Plan
+    workers: int
+    visibility_timeout: float | None
     publish_seconds: float
     run_seconds: float
     settle_seconds: float
     log_counts: dict[str, int]
     workdir: Path
     seed: int
+    #: term-kill faults whose worker was still running at the SIGKILL
+    term_killed: int = 0
 
     @property
     def clean(self) -> bool:
@@ -79,7 +106,7 @@ class Outcome:
 
 def _worker_args(options: SoakOptions, broker_url: str, queue: str) -> list[str]:
     return ["-A", "soak_app", "-P", options.pool, "-c", str(options.concurrency), "-Q", queue,
-            "-b", broker_url, "-l", options.loglevel, "-n", f"{queue}@localhost"]
+            "-b", broker_url, "-l", options.loglevel]
 
 
 def _wait_for_all(ledger: Ledger, fleet: Fleet, injector: Injector, tasks: int, stall_timeout: float) -> bool:
@@ -120,35 +147,43 @@ def _save(workdir: Path, ledger: Ledger, injector: Injector) -> None:
     with (workdir / "faults.txt").open("w") as out:
         for event in injector.events:
             out.write(f"{event.started:.6f}-{event.ended:.6f} {event.kind} "
-                      f"gen={event.generation} pid={event.pid}\n")
+                      f"gen={event.generation} pid={event.pid} killed={int(event.killed)}\n")
 
 
 def soak(kind: str, options: SoakOptions) -> Outcome:
     seed = options.seed if options.seed is not None else random.randrange(2**32)
     workdir = Path(tempfile.mkdtemp(prefix=f"soak-{kind}-"))
-    broker = open_broker(kind, workdir, options.amqp_url)
+    broker = open_broker(kind, workdir, options.amqp_url, options.visibility_timeout)
+    plan = options.plan(random.Random(seed))
     ledger = Ledger(broker.ledger_url)
     fleet: Fleet | None = None
     clean = False
     try:
         ledger.clear()
         started = time.monotonic()
-        broker.publish(options.tasks)
+        broker.publish(options.tasks, plan)
         published = time.monotonic()
         env = dict(os.environ, SOAK_LEDGER_URL=broker.ledger_url,
                    WORKER_BROKER_TRANSPORT_OPTIONS=json.dumps(broker.transport_options))
         env.pop("WORKER_BROKER_URL", None)
-        fleet = Fleet(_worker_args(options, broker.proxied_url, broker.queue), env, workdir)
+        fleet = Fleet(_worker_args(options, broker.proxied_url, broker.queue), env, workdir,
+                      name=f"{broker.queue}-{{slot}}@localhost", size=options.workers)
         fleet.start()
-        injector = Injector(fleet, broker.proxy, random.Random(seed), options.interval, options.cut_length)
+        injector = Injector(fleet, broker.proxy, random.Random(seed), options.interval, options.cut_length,
+                            kinds=options.faults, grace=options.grace)
         completed = _wait_for_all(ledger, fleet, injector, options.tasks, options.stall_timeout)
         ran = time.monotonic()
         quiet_limit = float(broker.transport_options.get("visibility_timeout", 0)) * 2 + 60
-        _settle(ledger, fleet, broker.waiting, quiet=3.0, limit=quiet_limit)
+        quiet_limit += plan.long_seconds if plan.long else 0
+        # RabbitMQ counts only the ready messages: one a worker holds behind a long task shows
+        # only once it runs, so the quiet wait covers a long task.
+        quiet = 3.0 + (plan.long_seconds if plan.long else 0.0)
+        _settle(ledger, fleet, broker.waiting, quiet=quiet, limit=quiet_limit)
         settled = time.monotonic()
         final_exit = fleet.stop()
         ledger.poll()
         left = broker.waiting()
+        leftovers = broker.leftovers() if left else []
         logs = fleet.logs()
         _save(workdir, ledger, injector)
         outcome = Outcome(
@@ -159,12 +194,17 @@ def soak(kind: str, options: SoakOptions) -> Outcome:
             stalled=not completed,
             final_exit=final_exit,
             left_in_broker=left,
+            leftovers=tuple(leftovers),
+            plan=plan,
+            workers=options.workers,
+            visibility_timeout=broker.transport_options.get("visibility_timeout"),
             publish_seconds=published - started,
             run_seconds=ran - published,
             settle_seconds=settled - ran,
             log_counts={name: logs.count(mark) for name, mark in LOG_MARKS.items()},
             workdir=workdir,
             seed=seed,
+            term_killed=sum(1 for event in injector.events if event.kind == "term-kill" and event.killed),
         )
         clean = outcome.clean
         return outcome

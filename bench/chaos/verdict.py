@@ -5,15 +5,19 @@ An extra run of a task is explained by the fault between its previous run and it
 - ``child-kill``: the worker logged that the task lost its pool process (the soak SIGKILLed the
   child after the task recorded its run, before the result reached the worker) and sent it
   again (``reject_on_worker_lost``);
-- ``worker-kill``: the previous run was in a worker generation the soak killed; the broker
-  delivered the unacknowledged message again to the next generation;
-- ``cut: ack lost``: same generation, the broker marked the message redelivered, and the
-  connection was cut after the previous run: its acknowledgement was lost with the connection;
-- ``cut: stale prefetch``: same generation, redelivered, and the previous run came *after* the
-  connection was back: the worker still ran a message it had prefetched on the lost connection
-  (whose acknowledgement cannot reach the broker), while the broker delivered it again.
+- ``worker-kill``: the previous run was in a worker the soak then killed, and this one started
+  after the kill: the broker delivered the unacknowledged message again;
+- ``term-kill``: the same, for a worker SIGKILLed a few seconds after its SIGTERM, while the
+  previous run was still running (a worker that had finished by then explains nothing);
+- ``cut: ack lost``: the broker marked the message redelivered, and the connection was cut
+  after the previous run: its acknowledgement was lost with the connection;
+- ``cut: stale prefetch``: redelivered, and the previous run came *after* the connection was
+  back: a worker still ran a message it had prefetched on the lost connection (whose
+  acknowledgement cannot reach the broker), while the broker delivered it again.
 
-Anything else is ``unexplained`` and listed.
+The first three are a process running the task dying; the cuts kill no process (RabbitMQ cannot
+take an acknowledgement for a delivery of a connection that is gone). Anything else is
+``unexplained`` and listed.
 """
 
 from __future__ import annotations
@@ -27,9 +31,11 @@ import attrs
 from .injector import FaultEvent
 from .ledger import Execution
 
-__all__ = ["CAUSES", "Verdict", "judge"]
+__all__ = ["CAUSES", "DEATHS", "Verdict", "judge"]
 
-CAUSES = ("child-kill", "worker-kill", "cut: ack lost", "cut: stale prefetch", "unexplained")
+CAUSES = ("child-kill", "worker-kill", "term-kill", "cut: ack lost", "cut: stale prefetch", "unexplained")
+#: The causes in which a process running the task died.
+DEATHS = ("child-kill", "worker-kill", "term-kill")
 #: How long before a cut a message may have been prefetched and still be run after it.
 PREFETCH_WINDOW = 30.0
 
@@ -47,20 +53,31 @@ class Verdict:
     def extra_runs(self) -> int:
         return sum(self.duplicates.values())
 
+    @property
+    def extra_runs_without_a_death(self) -> int:
+        """Extra runs no process death explains (connection cuts, and the unexplained)."""
+        return sum(count for cause, count in self.duplicates.items() if cause not in DEATHS)
+
 
 def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent],
            lost_process: set[str]) -> str:
     same_generation = previous.generation == current.generation
-    if same_generation and current.task_id in lost_process and any(
-        event.kind == "child-kill" and event.pid == previous.pid and event.started >= previous.at
-        for event in events
+    # sent again by its worker; another worker (or the next generation, after a warm shutdown
+    # gave it back) may run it
+    if current.task_id in lost_process and any(
+        event.kind == "child-kill" and event.pid == previous.pid
+        and previous.at <= event.started <= current.at for event in events
     ):
         return "child-kill"
-    if not same_generation and any(
-        event.kind == "worker-kill" and event.generation == previous.generation for event in events
-    ):
-        return "worker-kill"
-    if same_generation and current.redelivered:
+    if not same_generation:
+        for event in events:
+            if event.generation != previous.generation or not event.killed:
+                continue
+            if event.kind == "worker-kill" and previous.at <= event.started <= current.at:
+                return "worker-kill"
+            if event.kind == "term-kill" and previous.at <= event.ended <= current.at:
+                return "term-kill"
+    if current.redelivered:
         cuts = [event for event in events if event.kind == "connection-cut" and event.started <= current.at]
         if any(event.ended >= previous.at for event in cuts):
             return "cut: ack lost"
