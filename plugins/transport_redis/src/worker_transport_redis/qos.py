@@ -44,6 +44,8 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
         super().__init__(*args, **kwargs)
         self._copies: set[str] = set()
         self._gave_up = False
+        #: messages counted for the restore at close only (fetched, never handed to the consumer)
+        self.unhanded = 0
 
     @property
     def leases(self) -> Leases:
@@ -86,7 +88,7 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
     def restore_unacked_once(self, stderr: Any = None) -> Any:
         if self._gave_up:
             return None
-        held = self.leases.held_by(self)
+        held = self.leases.held_by(self) + self.unhanded
         if held:
             problem = self._unreachable()
             if problem is not None:
@@ -166,9 +168,11 @@ class FetchingQoS(AckingQoS):
         super().record(message, delivery_tag)
 
     def track(self, message: Any) -> None:
-        """Count ``message`` as delivered and unacked; its unacked entry is already in Redis."""
+        """Count ``message`` (fetched, never handed to the consumer) with those the restore at close
+        puts back; its unacked entry is already in Redis. It is not leased: no one here will
+        acknowledge it, so if the restore cannot run it comes back after the visibility timeout."""
         virtual.QoS.append(self, message, message.delivery_tag)
-        self.leases.hold(message.delivery_tag, self)
+        self.unhanded += 1
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if requeue and self.channel.recording(delivery_tag):
