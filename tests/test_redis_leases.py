@@ -156,6 +156,28 @@ def test_a_celery_worker_on_the_same_redis_does_not_take_a_leased_message(worker
     assert "Task apps.basic.count[" not in celery.log()  # it received none of them
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_held_messages_are_kept_not_restored_when_the_connection_is_reset(workers, server, client, path):
+    # Redis still answers: kombu's close would restore what the worker keeps, and each task would
+    # run twice (once kept, once restored).
+    worker = workers.start("-c", "2", pool="threads", broker=server.url, env={**ENV, **PATHS[path]})
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    for n in range(4):
+        basic.count.apply_async((server.url, key, n), countdown=2 * VISIBILITY_TIMEOUT)
+    basic.count_slowly.delay(server.url, key, 9, 2 * VISIBILITY_TIMEOUT)
+    wait_for(lambda: basic.runs(server.url, key) == {9: 1}, message="the long task to start")
+    wait_for(lambda: worker.log().count(" received") == 5, message="the five tasks received")
+    redis.Redis.from_url(server.url).client_kill_filter(_type="normal", skipme=True)
+    worker.wait_log("Connection to broker lost")
+    worker.wait_log("Connected to redis://")
+    wait_for(lambda: len(basic.runs(server.url, key)) == 5, timeout=15, message="the five tasks to run")
+    wait_for(lambda: _unacked(server.url) == 0, message="the five tasks to be acknowledged")
+    assert redis.Redis.from_url(server.url).llen("celery") == 0
+    assert basic.runs(server.url, key) == {0: 1, 1: 1, 2: 1, 3: 1, 9: 1}
+    assert "Restoring" not in worker.log()
+    assert "acknowledge message" not in worker.log()  # each acknowledgement written on the new connection
+
+
 def test_no_restoring_line_is_logged_when_redis_is_down_at_shutdown(workers, server, client):
     worker = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV, loglevel="DEBUG")
     for n in range(3):
@@ -164,29 +186,39 @@ def test_no_restoring_line_is_logged_when_redis_is_down_at_shutdown(workers, ser
     server.stop()
     worker.wait_log("Connection to broker lost")
     assert worker.stop() == 0
-    log = worker.log()
-    assert "Restoring" not in log
-    assert "Did not restore 3 unacknowledged message(s): Redis is unreachable" in log
+    assert "Restoring" not in worker.log()  # nothing could be restored (nor is anything tried)
 
 
 @pytest.mark.parametrize("path", PATHS)
-def test_a_copy_of_a_held_message_is_dropped_and_the_task_runs_once(workers, server, client, path):
-    worker = workers.start("-c", "2", pool="threads", broker=server.url, env={**ENV, **PATHS[path]})
-    key = f"runs-{uuid.uuid4().hex[:8]}"
-    basic.count.apply_async((server.url, key, 0), countdown=3 * VISIBILITY_TIMEOUT)
-    worker.wait_log(" received")
-    # What a restore of the held message puts back in its queue (as if its lease had lapsed)
-    broker = redis.Redis.from_url(server.url)
-    (tag, record), = broker.hgetall("unacked").items()
-    payload, _exchange, _routing_key = json.loads(record)
-    broker.lpush("celery", json.dumps(payload))
-    worker.wait_log(f"Message {tag.decode()} came back from Redis while this worker still holds it")
-    assert broker.llen("celery") == 0
-    assert broker.hkeys("unacked") == [tag]  # recorded again, under the tag the original acknowledges
-    wait_for(lambda: basic.runs(server.url, key), timeout=15, message="the task to run")
-    wait_for(lambda: _unacked(server.url) == 0, message="the task to be acknowledged")
-    assert basic.runs(server.url, key) == {0: 1}
-    assert worker.log().count(" received") == 1
+def test_a_channel_closed_with_redis_unreachable_says_it_restored_nothing(
+        server, client, path, monkeypatch, caplog):
+    from kombu import Connection, Consumer, Producer, Queue
+
+    from worker_core.app.settings import Settings
+    from worker_transport_redis import internals
+    from worker_transport_redis.transport import RedisTransport
+
+    for name, value in PATHS[path].items():
+        monkeypatch.setenv(name, value)
+    internals.forget()
+    transport = RedisTransport(server.url, Settings(broker_transport_options={"visibility_timeout": 60}))
+    queue = Queue(f"held-{uuid.uuid4().hex[:8]}")
+    held = []
+    try:
+        with Connection(server.url, transport=transport.kombu_transport(),
+                        **transport.connection_options()) as connection:
+            channel = connection.default_channel
+            Consumer(channel, [queue], callbacks=[lambda body, message: held.append(message)]).consume()
+            for n in range(3):
+                Producer(channel).publish(n, routing_key=queue.name, declare=[queue])
+            while len(held) < 3:
+                connection.drain_events(timeout=5)
+            server.stop()
+            caplog.set_level("INFO")
+        assert "Restoring" not in caplog.text
+        assert "Did not restore 3 unacknowledged message(s): Redis is unreachable" in caplog.text
+    finally:
+        internals.forget()
 
 
 #: a transport plugin that declares it does not renew leases (Redis under another scheme)

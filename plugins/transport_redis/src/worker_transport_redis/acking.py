@@ -54,6 +54,9 @@ class AckingChannel(StockChannel):
                 client = self._pooled_client = internals.new_client(self)
         yield client
 
+    def write_owed(self) -> None:
+        """Nothing now: the acknowledgements owed to this Redis go with this channel's first batch."""
+
     @property
     def buffers_acks(self) -> bool:
         """Acks wait for the next flush only while something drives the channel (a consumer

@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Hashable, Iterable
 
-__all__ = ["AckBuffer", "owe"]
+__all__ = ["AckBuffer", "owe", "take_owed"]
 
 _debts: dict[Hashable, deque[str]] = {}
 _debts_lock = threading.Lock()
@@ -22,6 +22,12 @@ def owe(location: Hashable, tags: Iterable[str]) -> None:
     """Keep ``tags`` for the next channel that writes acknowledgements to ``location``."""
     with _debts_lock:
         _debts.setdefault(location, deque()).extend(tags)
+
+
+def take_owed(location: Hashable) -> list[str]:
+    """The tags owed to ``location``, taken (to be written now)."""
+    with _debts_lock:
+        return list(_debts.pop(location, ()))
 
 
 class AckBuffer:

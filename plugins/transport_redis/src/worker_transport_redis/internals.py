@@ -36,6 +36,12 @@ pipe=None)``                                        drives the channel)
 **the hub registration of each socket once** (``hub``)
 kombu's ``register_with_event_loop.<locals>.        found among the hub's per-turn callbacks and
 on_poll_start``                                     replaced by one that adds only new sockets
+**the leases** (on every path, fast or stock; nothing to fall back to)
+``Transport._collect(self, connection)``            defined: kombu's ``Connection.collect`` (a lost
+                                                    connection) calls it instead of closing
+                                                    politely; the channels close without restoring
+                                                    what the worker keeps (if kombu stopped calling
+                                                    it, they would be restored, as by kombu)
 **the result wait outside the subscriber's lock** (``listener``)
 redis-py ``Connection._sock``                       the subscriber's socket, waited on outside the lock
 ==================================================  ==================================================

@@ -71,6 +71,18 @@ class Transport(redis.Transport):  # type: ignore[misc]
         if resolved is not None:
             self.client.ssl = dict(resolved)
 
+    def _collect(self, connection: Any) -> None:
+        """kombu's ``Connection.collect`` (the worker's lost connection): close the channels
+        without restoring the messages the worker holds. It keeps them, acknowledges them on its
+        next connection, and their leases are renewed through it (:mod:`.leases`); restored now,
+        they would run twice. A worker that stops instead leaves them to the visibility timeout."""
+        for channel in list(self.channels):
+            channel.keep_held()
+        try:
+            self.close_connection(connection)
+        except (*self.connection_errors, AttributeError, OSError) as exc:
+            logger.debug("error while closing the lost connection's channels: %r", exc)
+
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         """kombu's registration, except that each loop turn adds the Redis sockets to the hub
         only when they are not there yet: kombu adds every one at every turn, and the poller

@@ -40,6 +40,9 @@ class LeaseRenewer(Protocol):
     def renew_leases(self, tags: Sequence[str], score: float) -> None:
         """Set the ``unacked_index`` score of each of ``tags`` still there to ``score``."""
 
+    def remove_records(self, tags: Sequence[str]) -> None:
+        """Acknowledge ``tags``: drop their ``unacked`` records."""
+
 
 class Leases:
     """The messages held from one Redis location, and the thread renewing them."""
@@ -101,6 +104,15 @@ class Leases:
             self._thread = threading.Thread(target=self._run, name=f"redis-leases-{id(self):x}", daemon=True)
             self._thread.start()
 
+    def attached(self) -> bool:
+        """Whether a channel to this location is open in this process."""
+        return bool(self._renewers)
+
+    def channel(self) -> LeaseRenewer | None:
+        """The newest channel open to this location, or None."""
+        renewers = self._renewers
+        return renewers[-1] if renewers else None
+
     def detach(self, renewer: LeaseRenewer) -> None:
         with self._lock:
             if renewer in self._renewers:
@@ -135,10 +147,10 @@ class Leases:
             if not self._failing:
                 self._failing = True
                 logger.warning(
-                    "Could not renew the leases of %d held message(s) in Redis (%r): if this lasts "
+                    "Could not renew the leases of %d held message(s) in Redis (%s: %s): if this lasts "
                     "longer than the visibility timeout (%gs), Redis gives them to other workers too; "
-                    "trying again every %gs", len(tags), exc, float(renewer.visibility_timeout),
-                    self.interval())
+                    "trying again every %gs", len(tags), type(exc).__name__, exc,
+                    float(renewer.visibility_timeout), self.interval())
             return
         if self._failing:
             self._failing = False

@@ -36,6 +36,10 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
     stood still longer than the visibility timeout, or something restored it) is a copy: it is
     recorded in ``unacked`` again, under its tag, so the original keeps a record, but it is not
     counted in the prefetch window and the channel does not hand it to the consumer.
+
+    When the channel closes because its connection was lost (:meth:`StockChannel.keep_held
+    <.stock.StockChannel.keep_held>`), the worker keeps the messages it holds and acknowledges them
+    on its next connection: they are not restored, and stay leased.
     """
 
     channel: StockChannel
@@ -45,7 +49,7 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
         self._copies: set[str] = set()
         self._gave_up = False
         #: messages counted for the restore at close only (fetched, never handed to the consumer)
-        self.unhanded = 0
+        self.unhanded: set[str] = set()
 
     @property
     def leases(self) -> Leases:
@@ -79,7 +83,24 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
 
     def ack(self, delivery_tag: str) -> None:
         self.leases.release(delivery_tag)
+        if self.channel.closed:
+            self.ack_elsewhere(delivery_tag)
+            virtual.QoS.ack(self, delivery_tag)
+            return
         super().ack(delivery_tag)
+
+    def ack_elsewhere(self, delivery_tag: str) -> None:
+        """Acknowledge a message kept across a lost connection (its channel is closed) through
+        the channel open to the same Redis now."""
+        channel = self.leases.channel()
+        try:
+            if channel is None:
+                raise ConnectionError("no connection to this Redis is open")
+            channel.remove_records([delivery_tag])
+        except Exception as exc:
+            owe(self.channel.location, [delivery_tag])
+            logger.warning("could not acknowledge message %s in Redis now (%r); it is written by "
+                           "the next connection", delivery_tag, exc)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         self.leases.release(delivery_tag)
@@ -88,7 +109,10 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
     def restore_unacked_once(self, stderr: Any = None) -> Any:
         if self._gave_up:
             return None
-        held = self.leases.held_by(self) + self.unhanded
+        if self.channel.keeps_held:
+            self._restore_unhanded()
+            return None
+        held = self.leases.held_by(self) + len(self.unhanded)
         if held:
             problem = self._unreachable()
             if problem is not None:
@@ -103,6 +127,18 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
         restored = super().restore_unacked_once(stderr)
         self.leases.release_all(self)
         return restored
+
+    def _restore_unhanded(self) -> None:
+        """Restore only the messages no one here will acknowledge (the held ones are kept)."""
+        tags, self.unhanded = self.unhanded, set()
+        try:
+            for tag in tags:
+                self.restore_by_tag(tag)
+        except Exception as exc:
+            logger.warning(
+                "Did not restore %d fetched message(s) the consumer never saw (%r): they come back "
+                "to a worker after the visibility timeout (%gs)",
+                len(tags), exc, float(self.channel.visibility_timeout))
 
     def _unreachable(self) -> str | None:
         """Why Redis cannot be reached now, or None when it answers."""
@@ -142,6 +178,11 @@ class AckingQoS(LeasingQoS):
         return super().restore_unacked_once(stderr)
 
     def _write_now(self, delivery_tag: str) -> None:
+        if self.channel.closed and self.leases.attached():
+            # A message kept across a lost connection: the channel open there writes it at the
+            # start of its next loop turn.
+            owe(self.channel.ack_location, [delivery_tag])
+            return
         try:
             internals.remove_record(self, delivery_tag)
         except Exception as exc:
@@ -172,7 +213,7 @@ class FetchingQoS(AckingQoS):
         puts back; its unacked entry is already in Redis. It is not leased: no one here will
         acknowledge it, so if the restore cannot run it comes back after the visibility timeout."""
         virtual.QoS.append(self, message, message.delivery_tag)
-        self.unhanded += 1
+        self.unhanded.add(message.delivery_tag)
 
     def reject(self, delivery_tag: str, requeue: bool = False) -> None:
         if requeue and self.channel.recording(delivery_tag):

@@ -22,6 +22,7 @@ from worker_core.protocol.fastjson import loads as fast_loads
 from worker_core.transports import message as _message
 from worker_core.transports.message import Unreadable, fresh_tag
 
+from .acks import owe, take_owed
 from .leases import Leases, leases_at, renew
 from .qos import LeasingQoS
 
@@ -114,20 +115,45 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
             self.unacked_key, self.unacked_index_key,
         )
         self.leases: Leases = leases_at(self.location)
+        #: set when the connection was lost: closing keeps what the worker holds (see keep_held)
+        self.keeps_held = False
         if self.checks_brpop_replies:
             client = self.client
             client.set_response_callback("BRPOP", _checking(client.response_callbacks["BRPOP"], self))
         if self.ack_emulation:
             self.leases.attach(self)
+            self.write_owed()
+
+    def write_owed(self) -> None:
+        """Write the acknowledgements a closed channel to this Redis could not (see :mod:`.acks`)."""
+        owed = take_owed(self.location)
+        if not owed:
+            return
+        try:
+            self.remove_records(owed)
+        except Exception as exc:
+            owe(self.location, owed)
+            logger.warning("could not write %d acknowledgement(s) owed to Redis (%r); the next "
+                           "connection tries again", len(owed), exc)
 
     def park_message(self, delivery_tag: str, envelope: bytes) -> None:
         """Keep a message the worker holds for its ETA packed (:class:`~worker_core.slots.ParksMessages`)."""
         self.qos.park(delivery_tag, envelope)
 
+    def keep_held(self) -> None:
+        """The connection was lost and the worker keeps the messages it holds (it acknowledges
+        them on the next connection, which renews their leases): closing must not restore them."""
+        self.keeps_held = True
+
     def renew_leases(self, tags: Sequence[str], score: float) -> None:
         """Set the ``unacked_index`` score of each of ``tags`` still there to ``score``."""
         with self.conn_or_acquire() as client:
             renew(client, self.unacked_index_key, tags, score)
+
+    def remove_records(self, tags: Sequence[str]) -> None:
+        """Acknowledge ``tags``: drop their ``unacked`` records (as kombu's QoS does, in one round trip)."""
+        with self.conn_or_acquire() as client, client.pipeline() as pipe:
+            pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Callable[[Any], Any], consumer_tag: str,
                       **kwargs: Any) -> Any:
