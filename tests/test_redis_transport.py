@@ -813,3 +813,20 @@ def test_redis_pys_asyncio_client_loads_only_when_used() -> None:
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             env=dict(os.environ)).stdout
     assert output.split("\n")[:2] == ["False", "redis.asyncio.client True ConnectionPool"]
+
+
+def test_a_queue_read_without_acknowledgements_leaves_no_unacked_record(broker: Broker) -> None:
+    # as kombu: a client's reply queue (remote control, rpc://) is consumed with no_ack, and a
+    # record of its messages would be restored after the visibility timeout into a queue nobody reads
+    queue, got = new_queue(), []
+    with broker.connect() as connection:
+        publish(connection, queue, 5)
+        consumer = kombu.Consumer(connection.default_channel, [queue], no_ack=True,
+                                  on_message=lambda message: got.append(message.payload["n"]))
+        consumer.consume()
+        drain(connection, lambda: len(got) == 5)
+        publish(connection, queue, 3, start=5)  # an idle consumer's BRPOP takes these
+        drain(connection, lambda: len(got) == 8)
+    assert got == list(range(8))
+    assert broker.unacked() == 0
+    assert broker.raw.zcard(broker.key("unacked_index")) == 0

@@ -103,6 +103,14 @@ class Channel(internals.FetchHooks, AckingChannel):
         #: The reply in flight is read before a cancel or a close: nothing more is fetched.
         self._finishing = False
 
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            # The fetch script records every message it takes as unacked; kombu records none of
+            # a queue read without acknowledgements (a client's reply queue). Such a channel
+            # reads by BRPOP, as kombu's, so no record is left to be restored.
+            self._batching = False
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
     @property
     def fetch_in_flight(self) -> bool:
         return self._fetch is not None
