@@ -68,6 +68,8 @@ bench: venv
 	$(BIN)/python bench/import_floor.py
 	$(BIN)/python bench/celery_project.py --broker $(REDIS_BENCH) --results $(REDIS_BENCH)
 	$(BIN)/python bench/celery_project.py --broker $(AMQP_BENCH) --results $(REDIS_BENCH)
+	$(BIN)/python bench/eta_memory.py --broker $(REDIS_BENCH)
+	$(BIN)/python bench/eta_memory.py --broker $(AMQP_BENCH)
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
