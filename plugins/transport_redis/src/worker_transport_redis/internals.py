@@ -212,7 +212,12 @@ def restore_message(channel: Any, payload: Any, exchange: Any, routing_key: Any,
 
 
 def envelope_of(message: Any) -> Any:
-    """The envelope a message was built from (kept by the core's message as kombu's keeps it)."""
+    """The envelope a message was built from (kept by the core's message as kombu's keeps it,
+    or packed by a held message's stand-in)."""
+    from .parked import Parked
+
+    if isinstance(message, Parked):
+        return message.unpacked
     return message._raw
 
 

@@ -12,7 +12,7 @@ __all__ = ["Parked"]
 
 
 class Parked:
-    """A delivered message, packed: its kombu envelope (``_raw``), tag and delivery info."""
+    """A delivered message, packed: its kombu envelope, tag and delivery info."""
 
     __slots__ = ("envelope",)
 
@@ -20,13 +20,14 @@ class Parked:
         self.envelope = envelope
 
     @property
-    def _raw(self) -> Any:  # the name the core's message keeps its envelope under
+    def unpacked(self) -> Any:
+        """The kombu envelope, as the message held it (read through ``internals.envelope_of``)."""
         return unpack(self.envelope)
 
     @property
     def delivery_info(self) -> Any:
-        return self._raw["properties"]["delivery_info"]
+        return self.unpacked["properties"]["delivery_info"]
 
     @property
     def delivery_tag(self) -> Any:
-        return self._raw["properties"]["delivery_tag"]
+        return self.unpacked["properties"]["delivery_tag"]
