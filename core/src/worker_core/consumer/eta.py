@@ -61,11 +61,11 @@ class HeldTask:
         #: kombu message; or the request itself when the message cannot be packed
         self.kept: bytes | Request = request
         self.envelope = isinstance(message, VirtualMessage)
-        if message.headers.get("compression"):
-            return  # kombu undid the compression as it built the message: keep it built
         try:
             if isinstance(message, VirtualMessage):
-                self.kept = pack(message._raw)
+                self.kept = pack(message._raw)  # (its body as it came: built again the same way)
+            elif message.headers.get("compression"):
+                return  # kombu undid the compression as it built the message: keep it built
             else:
                 self.kept = pack((message.body, message.content_type, message.content_encoding,
                                   dict(message.delivery_info), dict(message.properties),
