@@ -830,3 +830,33 @@ def test_a_queue_read_without_acknowledgements_leaves_no_unacked_record(broker: 
     assert got == list(range(8))
     assert broker.unacked() == 0
     assert broker.raw.zcard(broker.key("unacked_index")) == 0
+
+
+def test_a_parked_message_is_kept_packed_and_goes_back_whole_when_requeued(broker: Broker) -> None:
+    # (what the worker does with a task held for its ETA: see worker_core.consumer.eta)
+    from worker_core.protocol.packing import pack
+    from worker_core.slots import ParksMessages
+    from worker_transport_redis import internals
+    from worker_transport_redis.parked import Parked
+
+    queue, got = new_queue(), []
+    with broker.connect() as connection:
+        publish(connection, queue, 1)
+        consume(connection, [queue], got.append, 10)
+        drain(connection, lambda: len(got) == 1)
+        message = got.pop()
+        assert isinstance(message.channel, ParksMessages)
+        envelope = pack(message._raw)
+        message.channel.park_message(message.delivery_tag, envelope)
+        parked = message.channel.qos.get(message.delivery_tag)
+        assert isinstance(parked, Parked) and parked.envelope is envelope  # one object, not a copy
+        assert internals.envelope_of(parked) == message._raw
+        assert parked.delivery_tag == message.delivery_tag and parked.delivery_info == message.delivery_info
+        message.reject(requeue=True)
+        drain(connection, lambda: len(got) == 1)
+        again = got.pop()
+        assert again.payload == {"n": 0}
+        assert {k: v for k, v in again.headers.items() if k != "redelivered"} == message.headers
+        again.ack()
+    assert broker.raw.llen(broker.key(queue.name)) == 0
+    assert broker.unacked() == 0
