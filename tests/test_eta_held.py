@@ -29,7 +29,8 @@ from worker_core.transports.message import Message as VirtualMessage
 @pytest.fixture(params=["redis", "amqp"])
 def broker(request: pytest.FixtureRequest) -> str:
     url: str = request.getfixturevalue("redis_url" if request.param == "redis" else "amqp_url")
-    basic.app.conf.update(broker_url=url, result_backend=None)
+    # (set whole: an earlier test may have left Redis options on the shared app)
+    basic.app.conf.update(broker_url=url, result_backend=None, broker_transport_options={})
     yield url
     basic.app.close()
 
