@@ -41,6 +41,7 @@ def client(server: RedisServer):
                           broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT})
     yield basic.app
     basic.app.close()
+    basic.app.conf.update(broker_url=None, broker_transport_options={})  # the next test's own
 
 
 def _kill_worker(worker) -> None:
