@@ -15,7 +15,7 @@ import pytest
 import redis
 from apps import basic
 from conftest import FakeSite
-from faults import RedisServer
+from faults import RedisServer, TcpProxy
 from workers import TESTS, children_of, wait_for
 
 VISIBILITY_TIMEOUT = 2
@@ -175,6 +175,40 @@ def test_held_messages_are_kept_not_restored_when_the_connection_is_reset(worker
     assert basic.runs(server.url, key) == {0: 1, 1: 1, 2: 1, 3: 1, 9: 1}
     assert "Restoring" not in worker.log()
     assert "acknowledge message" not in worker.log()  # each acknowledgement written on the new connection
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_acknowledgements_made_during_a_cut_are_written_through_the_next_connection(
+        workers, server, client, path):
+    # The cut refuses new connections: closing the lost connection's channels fails on what they
+    # still send to Redis (the control channel's bindings, a BRPOP in flight). Each channel must be
+    # closed all the same, or the one that delivered the tasks keeps buffering their
+    # acknowledgements, never written: each task would run again once its record is restored.
+    proxy = TcpProxy("127.0.0.1", server.port)
+    url = f"redis://127.0.0.1:{proxy.port}/0"
+    # a visibility timeout longer than the test: a record left in Redis stays there, nothing restores it
+    options = json.dumps({"visibility_timeout": 300, "interval_start": 0.2, "interval_step": 0.2,
+                          "interval_max": 0.5})
+    try:
+        worker = workers.start("-c", "4", pool="threads", broker=url,
+                               env={**ENV, "WORKER_BROKER_TRANSPORT_OPTIONS": options, **PATHS[path]})
+        key = f"runs-{uuid.uuid4().hex[:8]}"
+        for n in range(3):
+            basic.count_slowly.delay(server.url, key, n, 1.5)
+        wait_for(lambda: len(basic.runs(server.url, key)) == 3, message="the three tasks to start")
+        proxy.cut()
+        worker.wait_log("Connection to broker lost")
+        wait_for(lambda: worker.log().count(" succeeded") == 3,
+                 message="the three tasks to end during the cut")
+        assert _unacked(server.url) == 3
+        proxy.restore()
+        worker.wait_log("Connected to redis://")
+        wait_for(lambda: _unacked(server.url) == 0, timeout=10,
+                 message="the acknowledgements made during the cut to be written")
+        assert basic.runs(server.url, key) == {0: 1, 1: 1, 2: 1}
+        assert "Could not close a channel" not in worker.log()
+    finally:
+        proxy.close()
 
 
 def test_no_restoring_line_is_logged_when_redis_is_down_at_shutdown(workers, server, client):

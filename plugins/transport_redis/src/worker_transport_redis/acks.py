@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from collections.abc import Hashable, Iterable
 
-__all__ = ["AckBuffer", "owe", "take_owed"]
+__all__ = ["AckBuffer", "owe", "owes", "take_owed"]
 
 _debts: dict[Hashable, deque[str]] = {}
 _debts_lock = threading.Lock()
@@ -22,6 +22,11 @@ def owe(location: Hashable, tags: Iterable[str]) -> None:
     """Keep ``tags`` for the next channel that writes acknowledgements to ``location``."""
     with _debts_lock:
         _debts.setdefault(location, deque()).extend(tags)
+
+
+def owes(location: Hashable) -> bool:
+    """Whether acknowledgements are owed to ``location``."""
+    return bool(_debts.get(location))
 
 
 def take_owed(location: Hashable) -> list[str]:

@@ -76,8 +76,17 @@ class Transport(redis.Transport):  # type: ignore[misc]
         without restoring the messages the worker holds. It keeps them, acknowledges them on its
         next connection, and their leases are renewed through it (:mod:`.leases`); restored now,
         they would run twice. A worker that stops instead leaves them to the visibility timeout."""
-        for channel in list(self.channels):
+        channels = list(self.channels)
+        for channel in channels:
             channel.keep_held()
+        # One by one: a channel whose close fails must not leave the others open (an open channel
+        # would keep buffering the acknowledgements of the messages it delivered, never written).
+        for channel in channels:
+            try:
+                channel.close()
+            except Exception as exc:
+                logger.warning("Could not close a channel of the lost Redis connection (%s: %s)",
+                               type(exc).__name__, exc)
         try:
             self.close_connection(connection)
         except (*self.connection_errors, AttributeError, OSError) as exc:

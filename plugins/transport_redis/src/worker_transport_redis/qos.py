@@ -12,7 +12,7 @@ from kombu.transport import redis as _redis
 from kombu.transport import virtual as _virtual
 
 from . import internals
-from .acks import owe
+from .acks import owe, owes
 from .parked import Parked
 
 if TYPE_CHECKING:
@@ -87,7 +87,18 @@ class LeasingQoS(redis.QoS):  # type: ignore[misc]
             self.ack_elsewhere(delivery_tag)
             virtual.QoS.ack(self, delivery_tag)
             return
-        super().ack(delivery_tag)
+        try:
+            super().ack(delivery_tag)
+        except self.channel.connection_errors as exc:
+            # The connection is being lost (a cut the loop has not seen yet): the next channel to
+            # this Redis writes it, so the task does not run again after the visibility timeout.
+            owe(self.channel.location, [delivery_tag])
+            virtual.QoS.ack(self, delivery_tag)
+            logger.warning("could not acknowledge message %s in Redis now (%s: %s); it is written by "
+                           "the next connection", delivery_tag, type(exc).__name__, exc)
+            return
+        if owes(self.channel.location):
+            self.channel.write_owed()
 
     def ack_elsewhere(self, delivery_tag: str) -> None:
         """Acknowledge a message kept across a lost connection (its channel is closed) through

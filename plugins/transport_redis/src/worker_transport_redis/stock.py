@@ -178,9 +178,31 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
 
     def close(self) -> None:
         try:
-            super().close()
+            try:
+                super().close()
+            except Exception as exc:
+                if not self.keeps_held:
+                    raise
+                self._close_without_redis(exc)
         finally:
             self.leases.detach(self)
+
+    def _close_without_redis(self, exc: Exception) -> None:
+        """Finish closing a channel whose connection was lost, after kombu's close failed on what
+        it still had to say to Redis (a reply in flight, the bindings of an auto-delete queue).
+        The channel counts as closed all the same: the acknowledgements of the messages the worker
+        keeps then go through the next connection, and the transport closes its other channels."""
+        logger.debug("closing a channel of the lost connection without Redis (%s: %s)",
+                     type(exc).__name__, exc)
+        self.closed = True
+        try:
+            self.qos.restore_unacked_once()  # (keeps_held: only what the consumer never saw)
+        except Exception as restore_exc:
+            logger.debug("could not restore on the lost connection: %r", restore_exc)
+        for pool in (self.pool, self.async_pool):
+            pool.disconnect()
+        self.connection.cycle.discard(self)
+        self.connection.close_channel(self)
 
 
 class StockSentinelChannel(StockChannel, redis.SentinelChannel):  # type: ignore[misc]
