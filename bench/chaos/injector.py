@@ -77,10 +77,12 @@ class Injector:
     def _worker_kill(self) -> FaultEvent:
         slot = self.rng.randrange(self.fleet.size)
         generation, pid = self.fleet.generations[slot], self.fleet.pid(slot)
-        now = time.time()
+        started = time.time()
         self.fleet.kill(slot)
+        # (its children are killed one by one: one may still record a run until its SIGKILL)
+        ended = time.time()
         self.fleet.start(slot)
-        return FaultEvent("worker-kill", now, now, generation, pid)
+        return FaultEvent("worker-kill", started, ended, generation, pid)
 
     def _term_kill(self) -> FaultEvent:
         slot = self.rng.randrange(self.fleet.size)

@@ -5,8 +5,9 @@ An extra run of a task is explained by the fault between its previous run and it
 - ``child-kill``: the worker logged that the task lost its pool process (the soak SIGKILLed the
   child after the task recorded its run, before the result reached the worker) and sent it
   again (``reject_on_worker_lost``);
-- ``worker-kill``: the previous run was in a worker the soak then killed, and this one started
-  after the kill: the broker delivered the unacknowledged message again;
+- ``worker-kill``: the previous run was in a worker the soak then killed (before the last of its
+  processes was SIGKILLed), and this one started after the kill began: the broker delivered the
+  unacknowledged message again;
 - ``term-kill``: the same, for a worker SIGKILLed a few seconds after its SIGTERM, while the
   previous run was still running (a worker that had finished by then explains nothing);
 - ``cut: ack lost``: the broker marked the message redelivered, and the connection was cut
@@ -73,7 +74,7 @@ def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent]
         for event in events:
             if event.generation != previous.generation or not event.killed:
                 continue
-            if event.kind == "worker-kill" and previous.at <= event.started <= current.at:
+            if event.kind == "worker-kill" and previous.at <= event.ended and event.started <= current.at:
                 return "worker-kill"
             if event.kind == "term-kill" and previous.at <= event.ended <= current.at:
                 return "term-kill"
