@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -12,7 +11,7 @@ import pytest
 from apps import basic
 from conftest import REDIS_TEST_URL, delete_queue
 from faults import RedisServer, TcpProxy
-from workers import TESTS, children_of, wait_for
+from workers import TESTS, wait_for
 
 FAST_RETRY = '{"interval_start": 0.2, "interval_step": 0.2, "interval_max": 0.5}'
 ENV = {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": FAST_RETRY}
@@ -205,17 +204,6 @@ def test_a_broker_restart_with_running_tasks_reduces_the_prefetch_then_restores_
         basic.app.close()
 
 
-def _kill_worker(worker) -> None:
-    for pid in [*children_of(worker.pid), worker.pid]:
-        try:
-            import os
-
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.process.wait(timeout=10)
-
-
 def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_redis(
         workers, redis_url, tmp_path):
     env = dict(ENV, WORKER_BROKER_TRANSPORT_OPTIONS='{"visibility_timeout": 3}')
@@ -228,7 +216,7 @@ def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_r
         # taken is only in its socket until the worker records it, and a kill in that instant
         # loses it, with kombu as here (see the README).
         wait_for(lambda: first.log().count(" received") >= 4, message="all four tasks received")
-        _kill_worker(first)
+        first.crash()
         assert basic.lines(proof) == []
         workers.start("-c", "2", pool="prefork", broker=redis_url, backend=redis_url, env=env)
         assert sorted(r.get(timeout=60) for r in results) == [0, 1, 2, 3]
@@ -247,7 +235,7 @@ def test_after_kill_9_of_a_whole_worker_its_acks_late_tasks_run_on_another_one_r
         proof = tmp_path / "ran.txt"
         results = [basic.record_slowly.apply_async((str(proof), n, 2), queue=queue) for n in range(4)]
         wait_for(lambda: first.log().count(" received") >= 2, message="tasks to start")
-        _kill_worker(first)
+        first.crash()
         assert basic.lines(proof) == []
         workers.start("-c", "2", "-Q", queue, pool="prefork", broker=amqp_url, backend=redis_url, env=ENV)
         assert sorted(r.get(timeout=60) for r in results) == [0, 1, 2, 3]

@@ -286,21 +286,6 @@ def test_a_chord_split_between_a_celery_worker_and_this_one_completes_once(two_f
 # -- at least once ----------------------------------------------------------------------------------
 
 
-def _kill_tree(worker) -> None:
-    """SIGKILL a worker and its pool's processes at once, as a crash would."""
-    import os
-    import signal
-
-    from workers import children_of
-
-    for pid in [*children_of(worker.pid), worker.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.process.wait(timeout=10)
-
-
 @pytest.mark.parametrize("broker", ["redis"], indirect=True)
 def test_a_chord_body_runs_once_when_a_worker_is_killed_mid_header(workers, broker, queue, ours, theirs,
                                                                    tmp_path):
@@ -317,7 +302,7 @@ def test_a_chord_body_runs_once_when_a_worker_is_killed_mid_header(workers, brok
         wait_for(lambda victim=victim: "slow_add" in victim.log() and " succeeded in " in victim.log(),
                  timeout=20, message="the victim to finish a header task")
         assert not result.ready()
-        _kill_tree(victim)  # while it holds header tasks, some running
+        victim.crash()  # while it holds header tasks, some running
         assert result.get(timeout=60) == sum(2 * i for i in range(16))
         wait_for(lambda: _drained(broker, queue), timeout=30, message="every message to be done with")
         assert _lines(runs) == [json.dumps([2 * i for i in range(16)])]  # the body ran once

@@ -6,7 +6,6 @@ Each test has its own redis-server and a visibility timeout of 2 seconds."""
 from __future__ import annotations
 
 import json
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ import redis
 from apps import basic
 from conftest import FakeSite
 from faults import RedisServer, TcpProxy
-from workers import TESTS, children_of, wait_for
+from workers import TESTS, wait_for
 
 VISIBILITY_TIMEOUT = 2
 #: every worker looks for unacknowledged messages older than the timeout twice a second (kombu:
@@ -42,17 +41,6 @@ def client(server: RedisServer):
     yield basic.app
     basic.app.close()
     basic.app.conf.update(broker_url=None, broker_transport_options={})  # the next test's own
-
-
-def _kill_worker(worker) -> None:
-    for pid in [*children_of(worker.pid), worker.pid]:
-        try:
-            import os
-
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.process.wait(timeout=10)
 
 
 def _unacked(url: str) -> int:
@@ -122,7 +110,7 @@ def test_the_held_messages_of_a_killed_worker_come_back_after_the_timeout_to_ano
     for n in range(6):
         basic.count.apply_async((server.url, key, n), countdown=4 * VISIBILITY_TIMEOUT)
     wait_for(lambda: first.log().count(" received") >= 6, message="all six tasks received")
-    _kill_worker(first)
+    first.crash()
     assert _unacked(server.url) == 6  # held by no one now: no one renews them
     second = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
     wait_for(lambda: len(basic.runs(server.url, key)) == 6, timeout=25, message="the six tasks to run")

@@ -23,7 +23,7 @@ import redis
 from apps import basic
 from conftest import AMQP_TEST_URL, delete_queue, require_server
 from faults import RedisServer
-from workers import TESTS, WorkerProcess, children_of, wait_for
+from workers import TESTS, WorkerProcess, wait_for
 
 #: kombu's own paths only (every fast path off)
 STOCK = os.environ.get("WORKER_STOCK_KOMBU", "") not in ("", "0")
@@ -222,16 +222,6 @@ def test_a_shutdown_asked_with_workerctl_gives_back_at_once_too(broker, workers,
     assert sorted(basic.lines(running)) == ["start-0", "start-1"]  # still running
 
 
-def _kill_with_children(worker: WorkerProcess) -> None:
-    """SIGKILL for the worker and its pool's processes at once, as a container's end does."""
-    for pid in [*children_of(worker.pid), worker.pid]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    worker.process.wait(timeout=10)
-
-
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_after_sigterm_then_sigkill_another_worker_runs_what_had_not_started_at_once(
         broker, workers, client, tmp_path, pool):
@@ -240,7 +230,7 @@ def test_after_sigterm_then_sigkill_another_worker_runs_what_had_not_started_at_
     first.signal(signal.SIGTERM)
     # a grace period shorter than the running tasks, then the kill (Kubernetes' SIGKILL)
     time.sleep(2.0)
-    _kill_with_children(first)
+    first.crash()
     assert sorted(basic.lines(running)) == ["start-0", "start-1"]
     assert broker.waiting() >= NOT_STARTED  # RabbitMQ adds the two running ones as it sees the kill
     assert broker.taken() in (None, 2)  # on Redis, only the running ones wait for the timeout
