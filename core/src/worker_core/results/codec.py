@@ -91,20 +91,7 @@ class ResultCodec:
         :raise ResultDecodeError: the payload is in a format not accepted, or not a meta.
         """
         content_type, encoding = self._format(payload, what)
-        try:
-            if content_type == JSON:
-                meta = json_loads(payload)
-            else:
-                meta = kombu_loads(payload, content_type, encoding, accept=self.accept)
-        except Exception as exc:
-            raise ResultDecodeError(
-                f"{what} cannot be read as {_BY_TYPE.get(content_type, content_type)}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from None
-        if not isinstance(meta, dict):
-            raise ResultDecodeError(f"{what} is not Celery's format: it holds a {type(meta).__name__}, "
-                                    f"not a mapping")
-        return meta
+        return self._loads(payload, content_type, encoding, what)
 
     def decode_message(self, body: bytes | str, content_type: str | None, content_encoding: str | None,
                        what: str) -> dict[str, Any]:
@@ -117,11 +104,15 @@ class ResultCodec:
         if content_type != JSON and content_type not in self.accept:
             name = _BY_TYPE.get(content_type, content_type)
             raise ResultDecodeError(self._refusal(name, what, "is sent in"))
+        return self._loads(body, content_type, content_encoding or "binary", what)
+
+    def _loads(self, data: bytes | str, content_type: str, encoding: str, what: str) -> dict[str, Any]:
+        """The meta ``data`` holds in ``content_type``; ``what`` names it in errors."""
         try:
             if content_type == JSON:
-                meta = json_loads(body)
+                meta = json_loads(data)
             else:
-                meta = kombu_loads(body, content_type, content_encoding or "binary", accept=self.accept)
+                meta = kombu_loads(data, content_type, encoding, accept=self.accept)
         except Exception as exc:
             raise ResultDecodeError(
                 f"{what} cannot be read as {_BY_TYPE.get(content_type, content_type)}: "
