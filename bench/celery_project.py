@@ -51,6 +51,13 @@ class ResultsProducer(Producer):
 
 def run(kind: str, args: argparse.Namespace, results: str | None, sink: Sink, producer: ResultsProducer,
         log: Path) -> dict[str, float]:
+    return drain(kind, [command(kind, args.pool, args.concurrency)], args, results, sink, producer, log)
+
+
+def drain(kind: str, commands: list[list[str]], args: argparse.Namespace, results: str | None, sink: Sink,
+          producer: ResultsProducer, log: Path) -> dict[str, float]:
+    """Queue ``args.tasks`` no-op tasks, start ``commands`` (one contender's processes) and time
+    them running all: tasks per second and CPU ms per task of every process they started."""
     if results:
         import redis
 
@@ -61,15 +68,16 @@ def run(kind: str, args: argparse.Namespace, results: str | None, sink: Sink, pr
     sink.reset()
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_RESULTS=results or "",
                BENCH_SINK_PORT=str(sink.port), BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS))
-    process = subprocess.Popen(command(kind, args.pool, args.concurrency), cwd=APPS, env=env,
-                               stdout=log.open("ab"), stderr=subprocess.STDOUT)
+    processes = [subprocess.Popen(each, cwd=APPS, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+                 for each in commands]
     try:
         first, first_count = sink.wait_count(1, 120)
-        cpu_first = cpu_seconds(process.pid)
+        cpu_first = sum(cpu_seconds(process.pid) for process in processes)
         last, last_count = sink.wait_count(args.tasks, 900)
-        cpu_last = cpu_seconds(process.pid)
+        cpu_last = sum(cpu_seconds(process.pid) for process in processes)
     finally:
-        stop(process)
+        for process in processes:
+            stop(process)
     if results:
         import redis
 

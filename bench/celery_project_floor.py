@@ -20,14 +20,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from celery_project import ResultsProducer, command
-from compare import APPS, QUEUE, Sink, compile_sources, cpu_seconds, stop
+from celery_project import ResultsProducer, command, drain
+from compare import APPS, QUEUE, Sink, compile_sources
 
 PREFETCH = 4
 
@@ -72,34 +71,11 @@ def serve(broker: str) -> None:
 
 def run(kind: str, args: argparse.Namespace, sink: Sink, producer: ResultsProducer,
         log: Path) -> dict[str, float]:
-    import redis
-
-    redis.Redis.from_url(args.results).flushdb()
-    producer.purge()
-    for _ in range(args.tasks):
-        producer.send("bench.noop")
-    sink.reset()
-    env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_RESULTS=args.results,
-               BENCH_SINK_PORT=str(sink.port), BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS))
     if kind == "floor":
-        argv = [[sys.executable, __file__, "--serve", "--broker", args.broker] for _ in range(2)]
+        commands = [[sys.executable, __file__, "--serve", "--broker", args.broker] for _ in range(2)]
     else:
-        argv = [command(kind, "prefork", 2)]
-    processes = [subprocess.Popen(each, cwd=APPS, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
-                 for each in argv]
-    try:
-        first, first_count = sink.wait_count(1, 120)
-        cpu_first = sum(cpu_seconds(process.pid) for process in processes)
-        last, last_count = sink.wait_count(args.tasks, 900)
-        cpu_last = sum(cpu_seconds(process.pid) for process in processes)
-    finally:
-        for process in processes:
-            stop(process)
-    stored = len(redis.Redis.from_url(args.results).keys("celery-task-meta-*"))
-    if stored < args.tasks:
-        raise RuntimeError(f"{kind}: {stored} of {args.tasks} results stored")
-    done = last_count - first_count
-    return {"throughput": done / (last - first), "cpu_ms": (cpu_last - cpu_first) / done * 1000}
+        commands = [command(kind, "prefork", 2)]
+    return drain(kind, commands, args, args.results, sink, producer, log)
 
 
 def main() -> None:
