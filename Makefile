@@ -59,6 +59,7 @@ bench: venv
 	done
 	$(BIN)/python bench/canvas.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3
 	$(BIN)/python bench/canvas.py --broker $(AMQP_BENCH) --backend $(REDIS_BENCH) -P prefork -c 2 --repeat 3
+	$(BIN)/python bench/canvas_floor.py --broker $(REDIS_BENCH) --repeat 5
 	$(BIN)/python bench/graph_resolution.py
 	$(BIN)/python bench/steps_graph.py
 	$(BIN)/python bench/autoscale.py --broker $(REDIS_BENCH)
@@ -68,6 +69,7 @@ bench: venv
 	$(BIN)/python bench/import_floor.py
 	$(BIN)/python bench/celery_project.py --broker $(REDIS_BENCH) --results $(REDIS_BENCH)
 	$(BIN)/python bench/celery_project.py --broker $(AMQP_BENCH) --results $(REDIS_BENCH)
+	$(BIN)/python bench/celery_project_floor.py --broker $(AMQP_BENCH) --results $(REDIS_BENCH)
 	$(BIN)/python bench/eta_memory.py --broker $(REDIS_BENCH)
 	$(BIN)/python bench/eta_memory.py --broker $(AMQP_BENCH)
 
