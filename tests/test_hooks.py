@@ -108,13 +108,13 @@ def task_postrun(task_id, task, retval, state):
 
 @hookimpl
 def task_success(task, task_id, result):
-    record("task_success", id=task_id, result=repr(result))
+    record("task_success", id=task_id, result=repr(result), stored=task.AsyncResult(task_id).state)
 
 
 @hookimpl
-def task_failure(task_id, exception, traceback):
+def task_failure(task, task_id, exception, traceback):
     record("task_failure", id=task_id, exception=type(exception).__name__,
-           has_traceback=traceback is not None)
+           has_traceback=traceback is not None, stored=task.AsyncResult(task_id).state)
 
 
 @hookimpl
@@ -243,6 +243,9 @@ def test_task_hooks_run_where_the_task_runs_and_worker_hooks_in_the_main_process
     assert [call["state"] for call in _hooks(record, "task_postrun")].count("SUCCESS") >= 2
     [failure] = _hooks(record, "task_failure")
     assert failure["exception"] == "Boom" and failure["has_traceback"] is True
+    # as Celery sends its signals: once the outcome is stored, so a hook reading it finds it
+    assert failure["stored"] == "FAILURE"
+    assert {call["stored"] for call in _hooks(record, "task_success")} == {"SUCCESS"}
     assert [call["reason"] for call in _hooks(record, "task_retry")] == ["RuntimeError"]
     [shutdown] = _hooks(record, "worker_shutdown")
     assert shutdown["how"] == "warm"

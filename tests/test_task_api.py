@@ -159,10 +159,13 @@ def test_handlers_run_where_the_task_runs_with_celerys_arguments_on_success(serv
     record = tmp_path / "record"
     result = served.send("handled", ("ok",), {"record": str(record)})
     assert result.get(timeout=20) == "ok done"
-    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 4 and taskapi.notes(str(record)),
-                     message="four notes")
-    assert [note["handler"] for note in notes] == ["before_start", "run", "on_success", "after_return"]
-    before, _, success, after = notes
+    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 5 and taskapi.notes(str(record)),
+                     message="five notes")
+    # Celery's order: the result stored, on_success, the task_success signal (hook), after_return
+    assert [note["handler"] for note in notes] == ["before_start", "run", "on_success", "task_success",
+                                                   "after_return"]
+    before, _, success, hook, after = notes
+    assert (hook["task_id"], hook["stored"]) == (result.id, "SUCCESS")
     assert (before["task_id"], before["args"], before["request_id"]) == (result.id, ["ok"], result.id)
     assert (success["retval"], success["task_id"], success["args"]) == ("ok done", result.id, ["ok"])
     assert (after["status"], after["retval"], after["einfo"]) == ("SUCCESS", "'ok done'", None)
@@ -175,10 +178,12 @@ def test_handlers_of_a_failed_task_get_the_exception_and_its_traceback(served: S
     result = served.send("handled", ("fail",), {"record": str(record)})
     with pytest.raises(ValueError, match="failed on purpose"):
         result.get(timeout=20)
-    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 4 and taskapi.notes(str(record)),
-                     message="four notes")
-    assert [note["handler"] for note in notes] == ["before_start", "run", "on_failure", "after_return"]
-    failure, after = notes[2], notes[3]
+    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 5 and taskapi.notes(str(record)),
+                     message="five notes")
+    assert [note["handler"] for note in notes] == ["before_start", "run", "on_failure", "task_failure",
+                                                   "after_return"]
+    failure, hook, after = notes[2], notes[3], notes[4]
+    assert (hook["exc"], hook["stored"]) == ("ValueError('failed on purpose')", "FAILURE")
     assert failure["exc"] == "ValueError('failed on purpose')" and failure["task_id"] == result.id
     assert (failure["einfo"], failure["einfo_exception"], failure["traceback_names_it"]) == (
         "ExceptionInfo", True, True)
@@ -192,13 +197,14 @@ def test_on_retry_gets_the_reason_and_the_retried_run_succeeds(served: Served, t
     result = served.send("handled", ("retry",), {"record": str(record)})
     assert result.get(timeout=20) == "retry done"
     assert result.retries == 1
-    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 7 and taskapi.notes(str(record)),
-                     message="seven notes")
+    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 8 and taskapi.notes(str(record)),
+                     message="eight notes")
     # the retry may start in another process before the first attempt's on_retry is noted
     first = [note for note in notes if note["attempt"] == 0]
     second = [note for note in notes if note["attempt"] == 1]
     assert [note["handler"] for note in first] == ["before_start", "run", "on_retry"]
-    assert [note["handler"] for note in second] == ["before_start", "run", "on_success", "after_return"]
+    assert [note["handler"] for note in second] == ["before_start", "run", "on_success", "task_success",
+                                                    "after_return"]
     retry = first[2]
     assert (retry["exc"], retry["retries"], retry["einfo"]) == ("KeyError('again')", 0, "ExceptionInfo")
     _assert_ran_in_the_executor(first, served)
@@ -211,9 +217,9 @@ def test_a_handler_that_raises_is_logged_and_the_result_is_kept(served: Served, 
     assert result.get(timeout=20) == "ok done"
     served.worker.wait_log(f"Task apps.taskapi.handled[{result.id}] on_success handler raised: "
                            f"RuntimeError('on_success broke on purpose')")
-    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 4 and taskapi.notes(str(record)),
-                     message="four notes")
-    assert notes[-1]["handler"] == "after_return"  # the next handler still ran
+    notes = wait_for(lambda: len(taskapi.notes(str(record))) == 5 and taskapi.notes(str(record)),
+                     message="five notes")
+    assert [note["handler"] for note in notes[-2:]] == ["task_success", "after_return"]  # still ran
     assert result.state == "SUCCESS"
 
 

@@ -94,6 +94,20 @@ class Recorded(Task):
              einfo=einfo)
 
 
+@app.hook
+def task_success(task, task_id, request):
+    if task.name == handled.name:
+        note(request.kwargs["record"], handler="task_success", task_id=task_id,
+             stored=task.AsyncResult(task_id).state)
+
+
+@app.hook
+def task_failure(task, task_id, exception, request):
+    if task.name == handled.name:
+        note(request.kwargs["record"], handler="task_failure", task_id=task_id, exc=repr(exception),
+             stored=task.AsyncResult(task_id).state)
+
+
 @app.task(base=Recorded, bind=True, max_retries=1, default_retry_delay=0)
 def handled(self, outcome, record, raise_in=None):
     note(record, handler="run", task_id=self.request.id, retries=self.request.retries)

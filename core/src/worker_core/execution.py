@@ -159,15 +159,11 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
         except Exception as exc:
             runtime = perf_counter() - started
             text = traceback.format_exc()
-            if "task_failure" in hooks:
-                _hook("task_failure", task=task, task_id=task_id, exception=exc, args=args, kwargs=kwargs,
-                      traceback=exc.__traceback__, request=context)
             if store:
                 _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request, serializer)
             if workflow is not None:
                 workflow.failed(context, exc, text)
-            if handlers:
-                _failed(task, handlers, context, exc, text)
+            _failed(hooks, task, handlers, context, exc, text)
             _postrun(hooks, task, task_id, args, kwargs, exc, FAILURE, context)
             return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
         runtime = perf_counter() - started
@@ -180,8 +176,6 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
                                                f"{type(exc).__name__}: {exc}")
                 return _failed_after(app, hooks, task, handlers, context, workflow, error, store, request,
                                      serializer, runtime)
-        if "task_success" in hooks:
-            _hook("task_success", task=task, task_id=task_id, result=retval, request=context)
         if store:
             if context.children:
                 request["children"] = [child.as_tuple() for child in context.children]
@@ -198,12 +192,14 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
                 workflow.counted(context, SUCCESS, retval)
             except Exception:
                 logger.exception("Task %s[%s] succeeded, and its chord could not count it", name, task_id)
-        if handlers:
-            label = _label(context)
-            if "on_success" in handlers:
-                call_handler(task, "on_success", label, retval, task_id, args, kwargs)
-            if "after_return" in handlers:
-                call_handler(task, "after_return", label, SUCCESS, retval, task_id, args, kwargs, None)
+        # Celery's order: the result stored (and counted for its chord), on_success, the
+        # task_success signal, after_return, task_postrun
+        if "on_success" in handlers:
+            call_handler(task, "on_success", _label(context), retval, task_id, args, kwargs)
+        if "task_success" in hooks:
+            _hook("task_success", task=task, task_id=task_id, result=retval, request=context)
+        if "after_return" in handlers:
+            call_handler(task, "after_return", _label(context), SUCCESS, retval, task_id, args, kwargs, None)
         _postrun(hooks, task, task_id, args, kwargs, retval, SUCCESS, context)
         return ("success", runtime, safe_repr(retval, 300) if log_result else None)
     finally:
@@ -216,15 +212,19 @@ def _label(context: TaskContext) -> str:
     return f"{shown(context.shadow or context.task or '')}[{shown(context.id or '', 100)}]"
 
 
-def _failed(task: Any, handlers: frozenset[str], context: TaskContext, exc: BaseException, text: str) -> None:
-    """The handlers of a failed task, after its FAILURE is stored, as Celery calls them."""
-    label = _label(context)
+def _failed(hooks: set[str] | frozenset[str], task: Any, handlers: frozenset[str], context: TaskContext,
+            exc: BaseException, text: str) -> None:
+    """After a failed task's FAILURE is stored (and its chord and errbacks told), in Celery's
+    order: ``on_failure``, the ``task_failure`` hook, ``after_return``."""
     if "on_failure" in handlers:
-        call_handler(task, "on_failure", label, exc, context.id, context.args, context.kwargs,
+        call_handler(task, "on_failure", _label(context), exc, context.id, context.args, context.kwargs,
                      ExceptionInfo.of(exc, text))
+    if "task_failure" in hooks:
+        _hook("task_failure", task=task, task_id=context.id, exception=exc, args=context.args,
+              kwargs=context.kwargs, traceback=exc.__traceback__, request=context)
     if "after_return" in handlers:
-        call_handler(task, "after_return", label, FAILURE, exc, context.id, context.args, context.kwargs,
-                     None)
+        call_handler(task, "after_return", _label(context), FAILURE, exc, context.id, context.args,
+                     context.kwargs, None)
 
 
 def _failed_after(app: App, hooks: set[str] | frozenset[str], task: Any, handlers: frozenset[str],
@@ -239,8 +239,7 @@ def _failed_after(app: App, hooks: set[str] | frozenset[str], task: Any, handler
         _safe_store(app, task_id, encode_exception(error), FAILURE, text, request, serializer)
     if workflow is not None:
         workflow.failed(context, error, text)
-    if handlers:
-        _failed(task, handlers, context, error, text)
+    _failed(hooks, task, handlers, context, error, text)
     _postrun(hooks, task, task_id, context.args, context.kwargs, error, FAILURE, context)
     return ("failure", runtime, type(error).__name__, safe_repr(error, 500), text)
 

@@ -405,7 +405,9 @@ def task_postrun(task_id: str, task: Task, args: Sequence[Any], kwargs: Mapping[
 
 @hookspec
 def task_success(task: Task, task_id: str, result: Any, request: TaskContext) -> None:
-    """The task returned ``result``, in the executor that ran it (before its result is stored).
+    """The task returned ``result``, in the executor that ran it, once its result is stored and
+    its ``on_success`` handler ran (Celery's order); not when the result could not be stored or
+    what follows the task could not be sent: the task fails then, with ``task_failure``.
 
     :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
     :param task_id: the task's id
@@ -420,9 +422,11 @@ def task_success(task: Task, task_id: str, result: Any, request: TaskContext) ->
 def task_failure(task: Task, task_id: str, exception: BaseException, args: Sequence[Any],
                  kwargs: Mapping[str, Any], traceback: TracebackType | None,
                  request: TaskContext) -> None:
-    """The task raised ``exception`` (the exception object, and its traceback object), in the
-    executor that ran it. Time limits and lost processes are reported in the main process
-    (:func:`task_failed`): the executor is gone then.
+    """The task raised ``exception`` (the exception object, and its traceback object), or returned
+    and its result could not be stored or what follows it could not be sent, in the executor that
+    ran it, once FAILURE is stored and its ``on_failure`` handler ran (Celery's order). Time
+    limits and lost processes are reported in the main process (:func:`task_failed`): the
+    executor is gone then.
 
     :param task: the app's :class:`~worker_core.app.task.Task` (``task.name``, ``task.request``)
     :param task_id: the task's id
