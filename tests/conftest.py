@@ -89,7 +89,77 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSite]:
 
 # -- brokers -----------------------------------------------------------------------------------
 
-#: the shared Redis the suite uses; WORKER_TEST_REDIS=127.0.0.1:<port> runs it against another server
+#: the pytest-xdist worker this process is ("gw0", "gw1", ...), or None in a serial run
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+class _PrivateBrokers:
+    """Under pytest-xdist each worker process gets brokers of its own, so that tests running at
+    the same time never share a Redis database, a queue, an event exchange or a remote-control
+    mailbox: a redis-server of its own on a free port, and a RabbitMQ virtual host of its own on
+    the shared RabbitMQ. Both are created when the worker's conftest is imported (the module-level
+    URLs below name them) and removed in pytest_unconfigure."""
+
+    def __init__(self, name: str) -> None:
+        self.redis = None
+        self.vhost = f"worker-tests-{name}-{os.getpid()}"
+        self.vhost_created = False
+
+    def start_redis(self) -> str:
+        from faults import RedisServer
+
+        directory = Path(tempfile.mkdtemp(prefix="worker-tests-redis-"))
+        for attempt in range(3):
+            try:
+                self.redis = RedisServer(directory).start()
+                break
+            except RuntimeError:  # the free port was taken meanwhile
+                if attempt == 2:
+                    raise
+        return f"127.0.0.1:{self.redis.port}"
+
+    def create_vhost(self) -> str:
+        import shutil
+        import subprocess
+
+        program = shutil.which("rabbitmqctl")
+        if program is None:
+            raise RuntimeError("rabbitmqctl is needed to give each pytest-xdist worker a RabbitMQ "
+                               "virtual host of its own (or run the suite without -n)")
+        subprocess.run([program, "-q", "add_vhost", self.vhost], check=True, capture_output=True, timeout=60)
+        self.vhost_created = True
+        subprocess.run([program, "-q", "set_permissions", "-p", self.vhost, "guest", ".*", ".*", ".*"],
+                       check=True, capture_output=True, timeout=60)
+        return self.vhost
+
+    def stop(self) -> None:
+        import shutil
+        import subprocess
+
+        if self.redis is not None:
+            self.redis.stop()
+            shutil.rmtree(self.redis.directory, ignore_errors=True)
+            self.redis = None
+        if self.vhost_created:
+            self.vhost_created = False
+            subprocess.run([shutil.which("rabbitmqctl") or "rabbitmqctl", "-q", "delete_vhost", self.vhost],
+                           capture_output=True, timeout=60)
+
+
+_PRIVATE = _PrivateBrokers(XDIST_WORKER) if XDIST_WORKER else None
+
+if _PRIVATE is not None:
+    # subprocesses (workers, the apps under tests/apps) read WORKER_TEST_REDIS too
+    os.environ["WORKER_TEST_REDIS"] = _PRIVATE.start_redis()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _PRIVATE is not None:
+        _PRIVATE.stop()
+
+
+#: the Redis the suite uses; WORKER_TEST_REDIS=127.0.0.1:<port> runs it against another server
+#: (under pytest-xdist: the worker's own redis-server, see _PrivateBrokers)
 REDIS_ADDRESS = os.environ.get("WORKER_TEST_REDIS", "127.0.0.1:6379")
 REDIS_PORT = int(REDIS_ADDRESS.rpartition(":")[2])
 
@@ -100,7 +170,17 @@ def redis_db(db: int) -> str:
 
 
 REDIS_TEST_URL = redis_db(13)  # a database of the shared Redis kept for the suite
-AMQP_TEST_URL = "amqp://guest:guest@127.0.0.1:5672//"
+#: the RabbitMQ virtual host of the suite: the default one, or under pytest-xdist the worker's own
+AMQP_VHOST = _PRIVATE.create_vhost() if _PRIVATE is not None else "/"
+
+
+def amqp_url_on(port: int = 5672, user: str = "guest:guest") -> str:
+    """The URL of the suite's RabbitMQ virtual host through ``port`` (5672, or a proxy's)."""
+    path = "/" if AMQP_VHOST == "/" else AMQP_VHOST
+    return f"amqp://{user}@127.0.0.1:{port}/{path}"
+
+
+AMQP_TEST_URL = amqp_url_on()
 
 
 def require_server(port: int, what: str) -> None:

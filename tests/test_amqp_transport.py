@@ -15,7 +15,7 @@ from typing import Any
 
 import kombu
 import pytest
-from conftest import AMQP_TEST_URL, require_server
+from conftest import AMQP_TEST_URL, amqp_url_on, require_server
 from kombu.asynchronous import Hub
 from workers import drain, wait_for
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.amqp
 STOCK = os.environ.get("WORKER_STOCK_KOMBU", "") not in ("", "0")
 fast_path_only = pytest.mark.skipif(STOCK, reason="WORKER_STOCK_KOMBU=1 turns off the fast path it checks")
 
-URL = "amqp://guest:guest@127.0.0.1:5672//"
+URL = AMQP_TEST_URL
 
 
 def connect(settings: Settings | None = None, url: str = URL) -> kombu.Connection:
@@ -416,7 +416,7 @@ def test_a_missed_heartbeat_drops_the_connection_so_closing_it_does_not_hang(que
     from faults import TcpProxy
 
     proxy = TcpProxy("127.0.0.1", 5672)
-    url = f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    url = amqp_url_on(proxy.port)
     try:
         connection = connect(Settings(broker_heartbeat=1), url=url)
         channel = connection.channel()

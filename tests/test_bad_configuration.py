@@ -272,7 +272,7 @@ def test_a_bad_broker_url_is_refused(queue_url: str, url: str, expected: list[st
     (REDIS, '{"queue_order_strategy": "robin"}', ["'queue_order_strategy'", "(got 'robin'"]),
     (AMQP, '{"confirm_publish": "yes"}', ["'confirm_publish' must be True or False", "(got 'yes'"]),
     (AMQP, '{"heartbaet": 10}', ["unknown broker transport option 'heartbaet' for the AMQP transport"]),
-])
+], ids=lambda value: "redis" if value == REDIS else None)  # (the same IDs whichever Redis the suite uses)
 def test_bad_broker_transport_options_are_refused(queue_url: str, url: str | None, options: str,
                                                   expected: list[str]) -> None:
     run = worker(queue_url, "-P", "solo", *(["-b", url] if url else []),

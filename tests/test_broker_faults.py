@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from apps import basic
-from conftest import REDIS_TEST_URL, delete_queue
+from conftest import REDIS_TEST_URL, amqp_url_on, delete_queue
 from faults import RedisServer, TcpProxy
 from workers import TESTS, wait_for
 
@@ -39,7 +39,7 @@ def amqp_behind_proxy(amqp_url: str):
     test's own (deleted afterwards) and the URL that goes through the proxy."""
     proxy = TcpProxy("127.0.0.1", 5672)
     queue = f"faults-{uuid.uuid4().hex[:8]}"
-    yield proxy, queue, f"amqp://guest:guest@127.0.0.1:{proxy.port}//"
+    yield proxy, queue, amqp_url_on(proxy.port)
     proxy.close()
     delete_queue(amqp_url, queue)
 

@@ -14,7 +14,7 @@ import uuid
 import kombu
 import pytest
 from apps import basic
-from conftest import delete_queue, redis_db
+from conftest import AMQP_TEST_URL, delete_queue, redis_db
 from workers import TESTS
 
 from worker_core import App
@@ -53,7 +53,7 @@ def broker(request, tmp_path):
     from conftest import require_server
 
     require_server(5672, "RabbitMQ")
-    return "amqp://guest:guest@127.0.0.1:5672//"
+    return AMQP_TEST_URL
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def amqp_url_or_none():
     from conftest import require_server
 
     require_server(5672, "RabbitMQ")
-    return "amqp://guest:guest@127.0.0.1:5672//"
+    return AMQP_TEST_URL
 
 
 def test_an_unknown_task_lands_in_the_dead_letter_queue_and_workerctl_lists_requeues_and_purges_it(

@@ -19,7 +19,7 @@ from typing import Any
 import amqp
 import pytest
 from apps import basic
-from conftest import AMQP_TEST_URL, REDIS_PORT, REDIS_TEST_URL, require_server
+from conftest import AMQP_TEST_URL, AMQP_VHOST, REDIS_PORT, REDIS_TEST_URL, require_server
 from envelopes import Bad, Raw, RawMessage, broken_amqp_properties, broken_envelopes, task_body, two_tags
 from hostile import each_reason_has_its_own_line
 from hypothesis import HealthCheck, given, settings
@@ -68,7 +68,7 @@ class EnvelopeWorker:
             # Confirmed publishes: a raw delivery is in the queue before the good tasks that follow
             # it on the client's own connection (two connections' messages are not ordered).
             self.amqp = amqp.Connection("127.0.0.1:5672", userid="guest", password="guest",
-                                        confirm_publish=True)
+                                        virtual_host=AMQP_VHOST, confirm_publish=True)
             self.amqp.connect()
             self.channel = self.amqp.channel()
 

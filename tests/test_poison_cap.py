@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import delete_queue, redis_db, require_server
+from conftest import AMQP_TEST_URL, delete_queue, redis_db, require_server
 from faults import RedisServer
 from workers import TESTS, WorkerProcess, wait_for
 
@@ -26,7 +26,7 @@ from worker_core.canvas import signature
 from worker_core.exceptions import WorkerLostError
 
 LIMIT = 2
-AMQP = "amqp://guest:guest@127.0.0.1:5672//"
+AMQP = AMQP_TEST_URL
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import uuid
 import kombu
 import pytest
 from apps import basic
-from conftest import delete_queue, redis_db
+from conftest import AMQP_TEST_URL, delete_queue, redis_db
 from workers import TESTS, wait_for
 
 from worker_core import App
@@ -142,7 +142,7 @@ def any_broker(request):
     if request.param == "redis":
         return empty_redis(redis_db(12))
     require_server(5672, "RabbitMQ")
-    return "amqp://guest:guest@127.0.0.1:5672//"
+    return AMQP_TEST_URL
 
 
 def test_a_celery_client_routing_through_a_topic_exchange_reaches_the_queue_task_queues_binds(

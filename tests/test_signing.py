@@ -19,7 +19,7 @@ import attrs
 import kombu
 import pytest
 from certs import Issued, make_authority
-from conftest import delete_queue, empty_redis, redis_db, require_server
+from conftest import AMQP_TEST_URL, delete_queue, empty_redis, redis_db, require_server
 from kombu.serialization import registry
 from workers import TESTS
 
@@ -435,7 +435,7 @@ def test_a_celery_client_signs_and_our_worker_verifies_and_runs_it(
         timeout=20) == {"é": [1, None]}
 
 
-AMQP_URL = "amqp://guest:guest@127.0.0.1:5672//"
+AMQP_URL = AMQP_TEST_URL
 
 
 def test_a_celery_client_signs_over_rabbitmq_and_our_worker_verifies_and_runs_it(
