@@ -27,8 +27,15 @@ demo: venv
 # The whole suite, then the broker tests once more on the libraries' own paths.
 test: test-fast test-stock
 
+# pytest-xdist: most tests wait on worker processes and brokers rather than on the CPU, so more
+# pytest processes than cores pay off; each gets a redis-server and a RabbitMQ virtual host of its
+# own (tests/conftest.py), and --dist loadscope keeps a module's tests (and the worker or venv its
+# module-scoped fixtures start) in one process. PYTEST_PROCESSES=0 runs the suite serially.
+PYTEST_PROCESSES ?= 3
+PYTEST_XDIST := -n $(PYTEST_PROCESSES) --dist loadscope
+
 test-fast: venv
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_XDIST)
 
 # WORKER_STOCK_KOMBU=1 turns off every fast path built on kombu's, py-amqp's or redis-py's
 # internals, WORKER_NO_EXTENSIONS=1 the C extension: what a worker falls back to when a library
@@ -39,7 +46,7 @@ STOCK_TESTS := tests/test_redis_transport.py tests/test_amqp_transport.py tests/
                tests/test_warm_shutdown.py
 
 test-stock: venv
-	WORKER_STOCK_KOMBU=1 WORKER_NO_EXTENSIONS=1 $(BIN)/python -m pytest $(STOCK_TESTS)
+	WORKER_STOCK_KOMBU=1 WORKER_NO_EXTENSIONS=1 $(BIN)/python -m pytest $(PYTEST_XDIST) $(STOCK_TESTS)
 
 REDIS_BENCH ?= redis://127.0.0.1:6379/15
 AMQP_BENCH ?= amqp://guest:guest@127.0.0.1:5672//
