@@ -155,6 +155,11 @@ if _PRIVATE is not None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _PRIVATE is not None:
+        import gc
+
+        # Celery's results still waiting to be collected unsubscribe from their Redis when they
+        # go: let them go while it runs, not at the interpreter's exit after it stopped
+        gc.collect()
         _PRIVATE.stop()
 
 
