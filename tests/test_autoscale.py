@@ -116,8 +116,13 @@ def test_the_backlog_autoscaler_does_not_shrink_while_work_waits(pool):
 
 
 def _stats(name: str) -> dict:
-    [reply] = broadcast(basic.app, "stats", timeout=5)
+    [reply] = broadcast(basic.app, "stats", destination=[name], timeout=5)  # back with the reply
     return reply[name]
+
+
+#: the worker the remote-control tests ask by name: a broadcast to named workers returns once each
+#: replied, not after its timeout
+SCALER = ["scaler@test"]
 
 
 @pytest.mark.parametrize("autoscaler", ["default", "backlog"])
@@ -139,13 +144,13 @@ def test_control_autoscale_changes_the_range_and_the_prefetch_at_run_time(worker
                   env={"PYTHONPATH": str(TESTS)})
     before = _stats("scaler@test")
     assert before["prefetch_count"] == 16  # max concurrency x multiplier
-    [reply] = broadcast(basic.app, "autoscale", {"max": 6, "min": 2}, timeout=5)
+    [reply] = broadcast(basic.app, "autoscale", {"max": 6, "min": 2}, destination=SCALER, timeout=5)
     assert reply == {"scaler@test": {"ok": "autoscale now max=6 min=2"}}
     after = _stats("scaler@test")
     assert (after["autoscaler"]["max"], after["autoscaler"]["min"]) == (6, 2)
     assert after["autoscaler"]["current"] >= 2
     assert after["prefetch_count"] == 24
-    [reply] = broadcast(basic.app, "pool_grow", {"n": 1}, timeout=5)
+    [reply] = broadcast(basic.app, "pool_grow", {"n": 1}, destination=SCALER, timeout=5)
     assert "not available while the autoscaler is on" in reply["scaler@test"]["error"]
-    [reply] = broadcast(basic.app, "autoscale", {"max": 2, "min": 5}, timeout=5)
+    [reply] = broadcast(basic.app, "autoscale", {"max": 2, "min": 5}, destination=SCALER, timeout=5)
     assert "MIN may not exceed MAX" in reply["scaler@test"]["error"]

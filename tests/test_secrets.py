@@ -150,8 +150,9 @@ class Events:
 def test_no_password_appears_in_logs_replies_events_or_workerctl_output(server, workers, tmp_path):
     env = _environment(server)
     events = Events(server)
-    worker = WorkerProcess(["-A", "apps.basic", "-P", "prefork", "-c", "1", "-l", "DEBUG", "-E",
-                            "-n", f"secrets-{uuid.uuid4().hex[:8]}@localhost"], env, tmp_path / "worker.log")
+    name = f"secrets-{uuid.uuid4().hex[:8]}@localhost"
+    worker = WorkerProcess(["-A", "apps.basic", "-P", "prefork", "-c", "1", "-l", "DEBUG", "-E", "-n", name],
+                           env, tmp_path / "worker.log")
     workers.started.append(worker)
     worker.wait_ready()
     outputs = []
@@ -161,9 +162,11 @@ def test_no_password_appears_in_logs_replies_events_or_workerctl_output(server, 
         assert basic.add.delay(2, 3).get(timeout=20) == 5
         with pytest.raises(basic.Boom):
             basic.boom.delay("a failure with a traceback in the log").get(timeout=20)
+        # (to the worker by name: the command returns with its reply rather than after the timeout)
         for command in ("ping", "stats", "conf", "active_queues", "registered", "active"):
-            outputs.append(_workerctl(env, "inspect", command, "--json", "-t", "5"))
-        outputs.append(_workerctl(env, "control", "rate-limit", "apps.basic.add", "10/s", "-t", "5"))
+            outputs.append(_workerctl(env, "inspect", command, "--json", "-t", "5", "-d", name))
+        outputs.append(_workerctl(env, "control", "rate-limit", "apps.basic.add", "10/s", "-t", "5",
+                                  "-d", name))
         outputs.append(_workerctl(env, "call", "apps.basic.add", "--args", "[1, 2]", "--wait",
                                   "--timeout", "20"))
         outputs.append(_workerctl(env, "steps", "-A", "apps.basic"))
