@@ -311,7 +311,11 @@ def test_a_chord_body_runs_once_when_a_worker_is_killed_mid_header(workers, brok
         finished = set(re.findall(r"slow_add\[([0-9a-f-]+)\] succeeded", victim.log()))
         assert held - finished
         others = "".join(worker.log() for worker in workers.started if worker is not victim)
-        assert all(f"slow_add[{task_id}] succeeded" in others for task_id in held - finished)
+        # each ran on another worker, or (when the victim's pool process had stored its result just
+        # before the kill, too late to log it) was found there already succeeded and not run again
+        already = "ignored: it was delivered again and had succeeded already"
+        assert all(f"slow_add[{task_id}] succeeded" in others or f"slow_add[{task_id}] {already}" in others
+                   for task_id in held - finished)
 
 
 def _drained(redis_url: str, queue: str) -> bool:
