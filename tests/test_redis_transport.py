@@ -752,13 +752,21 @@ def test_a_consumer_reconnects_when_its_redis_server_restarts_and_loses_nothing(
         deadline = time.monotonic() + 20
         while set(worker.seen) != set(range(500)) and time.monotonic() < deadline:
             time.sleep(0.05)
+        left = (own.raw.llen(queue.name), own.unacked())  # still waiting somewhere in Redis
     finally:
         worker.should_stop = True
         thread.join(timeout=10)
         server.stop()
     assert worker.connects >= 2  # connected, lost the server, connected again
-    assert set(worker.seen) == set(range(500))  # at least once each; a few may come twice
-    if not STOCK:  # (kombu's own acks made while Redis was down are lost: those messages come twice)
+    missing = set(range(500)) - set(worker.seen)
+    if STOCK:
+        # kombu's BRPOP path takes a message, then records it as unacknowledged with another
+        # command: the one BRPOP took as the server stopped is in no list and no record (the
+        # README says so). At most that one, of those sent before the stop, and nowhere in Redis.
+        assert len(missing) <= 1 and missing <= set(range(300)), missing
+        assert not missing or left == (0, 0), left
+    else:
+        assert not missing  # at least once each; a few may come twice
         assert len(worker.seen) == 500  # acks made while Redis was down were written after it came back
 
 
