@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -73,11 +74,14 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
     )
     (plugin / "acme_extras.py").write_text(THIRD_PARTY_MODULE)
+    # pip builds a local project in place (build/, *.egg-info): copies keep the checkout as it was
+    sources = [shutil.copytree(REPO / path, root / "sources" / path,
+                               ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".venv"))
+               for path in ("core", "plugins/pool_prefork", "examples/plugin")]
     env_dir = root / "env"
     subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
     install = _run(env_dir, "pip", "install", "--disable-pip-version-check", "-q",
-                   str(REPO / "core"), str(REPO / "plugins" / "pool_prefork"), str(plugin),
-                   str(REPO / "examples" / "plugin"))
+                   str(sources[0]), str(sources[1]), str(plugin), str(sources[2]))
     assert install.returncode == 0, install.stderr
     return env_dir
 
