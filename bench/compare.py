@@ -236,12 +236,17 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            for pid in reversed(tree(process.pid)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            process.wait()
+            kill_tree(process)
+
+
+def kill_tree(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL ``process`` and the processes under it, the youngest first, and wait for it."""
+    for pid in reversed(tree(process.pid)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    process.wait()
 
 
 def measure(kind: str, args: argparse.Namespace, sink: Sink, producer: Any, log: Path) -> dict[str, float]:

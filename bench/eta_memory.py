@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from compare import APPS, Sink, compile_sources, stop, tree
+from compare import APPS, Sink, compile_sources, kill_tree, stop
 
 
 def command(kind: str, args: argparse.Namespace, queue: str) -> list[str]:
@@ -145,12 +144,7 @@ def measure(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> dict[
         if args.broker.startswith("amqp"):
             # killed: RabbitMQ takes back what it held in one go (a warm shutdown gives 50,000
             # messages back one by one, which keeps RabbitMQ busy for minutes)
-            for pid in reversed(tree(process.pid)):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            process.wait()
+            kill_tree(process)
         else:
             stop(process)  # Redis: restored at once (killed, they would come back in an hour)
         broker.delete()
