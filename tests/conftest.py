@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -119,9 +121,6 @@ class _PrivateBrokers:
         return f"127.0.0.1:{self.redis.port}"
 
     def create_vhost(self) -> str:
-        import shutil
-        import subprocess
-
         program = shutil.which("rabbitmqctl")
         if program is None:
             raise RuntimeError("rabbitmqctl is needed to give each pytest-xdist worker a RabbitMQ "
@@ -133,9 +132,6 @@ class _PrivateBrokers:
         return self.vhost
 
     def stop(self) -> None:
-        import shutil
-        import subprocess
-
         if self.redis is not None:
             self.redis.stop()
             shutil.rmtree(self.redis.directory, ignore_errors=True)
@@ -181,8 +177,7 @@ AMQP_VHOST = _PRIVATE.create_vhost() if _PRIVATE is not None else "/"
 
 def amqp_url_on(port: int = 5672, user: str = "guest:guest") -> str:
     """The URL of the suite's RabbitMQ virtual host through ``port`` (5672, or a proxy's)."""
-    path = "/" if AMQP_VHOST == "/" else AMQP_VHOST
-    return f"amqp://{user}@127.0.0.1:{port}/{path}"
+    return f"amqp://{user}@127.0.0.1:{port}/{AMQP_VHOST}"
 
 
 AMQP_TEST_URL = amqp_url_on()
