@@ -77,7 +77,9 @@ def _check_capped(workers, broker: str, backend: str | None, pool: str, tmp_path
     with pytest.raises(WorkerLostError, match=r"taken for a poison message, not run again "
                                               r"\(worker_redelivery_limit=2\)"):
         poisoned.get(timeout=10)
-    wait_for(errbacks.exists, timeout=10, message="the errback to run")
+    # the errback creates the file, then writes its line
+    wait_for(lambda: errbacks.exists() and errbacks.read_text().endswith("\n"), timeout=10,
+             message="the errback to run")
     assert errbacks.read_text().split() == [poisoned.id]  # what follows a failure, followed
     assert [result.get(timeout=20) for result in good] == [1, 2, 3]
     worker.wait_log(f"to the dead-letter queue '{queue}.dead'")
