@@ -276,6 +276,45 @@ def test_wait_for_reads_the_result_again_after_its_connection_comes_back(raw: re
     assert waited.get("result") == "while you were away"
 
 
+def test_a_result_stored_before_the_server_takes_a_waits_subscription_is_still_found(
+        task_ids: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    # A wait on a task this client did not send subscribes then reads the key at once; redis-py
+    # does not wait for the subscription's confirmation, so the server may take the read first
+    # and the PUBLISH of a result stored in between reaches nobody. The proxy holds the SUBSCRIBE
+    # back until the read found nothing and the result was stored.
+    key = f"celery-task-meta-{task_ids[0]}".encode()
+    stored = threading.Event()
+
+    def hold_the_subscription(data: bytes) -> None:
+        if b"SUBSCRIBE" in data and key in data:
+            stored.wait(10)
+
+    proxy = TcpProxy("127.0.0.1", REDIS_PORT, client_data=hold_the_subscription)
+    try:
+        results = backend(f"redis://127.0.0.1:{proxy.port}/{DB}")
+        first_read = threading.Event()
+        read = results._read
+
+        def read_then_tell(task_id: str) -> Any:
+            meta = read(task_id)
+            first_read.set()
+            return meta
+
+        monkeypatch.setattr(results, "_read", read_then_tell)
+        waited: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: waited.update(results.wait_for(task_ids[0], timeout=10)))
+        thread.start()
+        assert first_read.wait(10)
+        backend().store_result(task_ids[0], "stored meanwhile", "SUCCESS")  # nobody subscribed yet
+        stored.set()
+        thread.join(timeout=15)
+        results.close()
+    finally:
+        stored.set()
+        proxy.close()
+    assert waited.get("result") == "stored meanwhile"
+
+
 def test_subscriptions_for_results_nobody_waits_for_are_bounded(task_ids: list[str],
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from worker_transport_redis import listener

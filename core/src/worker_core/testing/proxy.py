@@ -7,7 +7,7 @@ import contextlib
 import select
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 __all__ = ["TcpProxy", "proxied"]
@@ -16,10 +16,12 @@ __all__ = ["TcpProxy", "proxied"]
 class TcpProxy:
     """Forwards ``127.0.0.1:<port>`` to ``(host, port)``; :meth:`cut` drops every connection and
     refuses new ones until :meth:`restore`; :meth:`blackhole` keeps connections open but forwards
-    nothing until :meth:`restore`."""
+    nothing until :meth:`restore`. ``client_data``, if given, is called with each chunk a client
+    sends, before it is forwarded; it may block to hold that connection's traffic back."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, client_data: Callable[[bytes], None] | None = None) -> None:
         self.target = (host, port)
+        self._client_data = client_data
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
@@ -60,6 +62,8 @@ class TcpProxy:
                     data = sock.recv(65536)
                     if not data:
                         return
+                    if sock is client and self._client_data is not None:
+                        self._client_data(data)
                     peers[sock].sendall(data)
         except (OSError, ValueError):  # cut() closed the sockets under us
             return

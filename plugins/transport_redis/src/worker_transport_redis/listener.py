@@ -7,7 +7,9 @@ take a lock, and the blocking wait on the socket is done outside that lock, so a
 a task subscribes without waiting for a reader (with that fast path off, see :mod:`.internals`,
 the reader waits in redis-py's ``get_message`` under the lock, :data:`LOCKED_WAIT` at a time).
 After a reconnect, the results of every waited task are read again (MGET): a PUBLISH sent while
-the connection was down is lost.
+the connection was down is lost. So is one sent before the server took a subscription made for a
+wait (not before the task was sent): redis-py does not wait for the confirmation, so the waiter's
+first read may run first; once the confirmation arrives, that key is read again.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ class ResultListener:
         self._ready: dict[str, dict[str, Any]] = {}
         self._subscribed: set[str] = set()
         self._early: OrderedDict[str, None] = OrderedDict()
+        #: subscribed for a waiter, the server's confirmation not read yet (guarded by ``_io``)
+        self._unconfirmed: set[str] = set()
         self._hooked: Any = None
         self._stale = False
         #: whether the reader may wait on the subscriber's socket outside the lock
@@ -84,12 +88,15 @@ class ResultListener:
                 self._early[key] = None
                 if len(self._early) > MAX_EARLY:
                     dropped = self._early.popitem(last=False)[0]
+            else:
+                self._unconfirmed.add(key)
         if dropped is not None:
             self.unsubscribe(dropped)
 
     def unsubscribe(self, key: str) -> None:
         with self._io:
             self._early.pop(key, None)
+            self._unconfirmed.discard(key)
             if key not in self._subscribed:
                 return
             self._subscribed.discard(key)
@@ -173,37 +180,46 @@ class ResultListener:
 
     def _read(self, block: float, key: str, deadline: float | None) -> None:
         try:
-            messages = self._drain()
-            if not messages and not self._stale:
+            messages, confirmed = self._drain()
+            if not messages and not confirmed and not self._stale:
                 if self._selects:
                     self._block(block)
-                    messages = self._drain()
+                    messages, confirmed = self._drain()
                 else:
-                    messages = self._drain(min(block, LOCKED_WAIT))
+                    messages, confirmed = self._drain(min(block, LOCKED_WAIT))
+            unwanted = self._hand_over(messages)
+            if self._stale:
+                self._reread()
+            elif confirmed:
+                self._reread(confirmed)  # a PUBLISH before the subscription reached nobody
         except self._connection_errors() as exc:
             self._stale = True
             self._pause_or_time_out(key, deadline, exc)
             return
-        unwanted = self._hand_over(messages)
-        if self._stale:
-            self._reread()
         for each in unwanted:
             self.unsubscribe(each)
 
-    def _drain(self, wait: float = 0) -> list[Mapping[str, Any]]:
-        """What has arrived; ``wait``: seconds the first message may take to come."""
-        messages = []
+    def _drain(self, wait: float = 0) -> tuple[list[Mapping[str, Any]], list[str]]:
+        """What has arrived, and the keys whose subscription for a waiter the server confirmed;
+        ``wait``: seconds the first message may take to come."""
+        messages, confirmed = [], []
         with self._io:
             connection = self._pubsub.connection
             if self._selects and connection is not None and internals.socket_of(connection) is None:
                 connection.connect()  # back after an outage: redis-py subscribes again
             while True:
-                message = self._pubsub.get_message(ignore_subscribe_messages=True, timeout=wait)
+                message = self._pubsub.get_message(timeout=wait)
                 if message is None:
                     break
-                messages.append(message)
                 wait = 0
-        return messages
+                if message.get("type") == "subscribe":
+                    key = bytes_to_str(message["channel"])
+                    if key in self._unconfirmed:
+                        self._unconfirmed.discard(key)
+                        confirmed.append(key)
+                else:
+                    messages.append(message)
+        return messages, confirmed
 
     def _block(self, seconds: float) -> None:
         connection = self._pubsub.connection
@@ -236,10 +252,13 @@ class ResultListener:
                     unwanted.append(key)
         return unwanted
 
-    def _reread(self) -> None:
-        self._stale = False
+    def _reread(self, among: list[str] | None = None) -> None:
+        """Read again the results waited for (``among`` these keys; None: all of them, and the
+        connection is no longer stale)."""
+        if among is None:
+            self._stale = False
         with self._state:
-            keys = [key for key, count in self._waiters.items() if count]
+            keys = [key for key, count in self._waiters.items() if count and (among is None or key in among)]
         if not keys:
             return
         values = self._client.mget(keys)
