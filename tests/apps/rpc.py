@@ -16,16 +16,20 @@ class Boom(Exception):
     """A task's own exception type (the same on both workers), raised with several arguments."""
 
 
-def wait_for_file(path: Path, timeout: float = 30.0, must: bool = True) -> None:
-    """Block until ``path`` exists (the test opens the gate), for ``timeout`` seconds at most;
-    then raise, unless not ``must``."""
+def appeared(path: Path, timeout: float) -> bool:
+    """Whether ``path`` exists within ``timeout`` seconds (the test opens the gate)."""
     deadline = time.monotonic() + timeout
     while not path.exists():
         if time.monotonic() > deadline:
-            if must:
-                raise TimeoutError(f"{path} never appeared")
-            return
+            return False
         time.sleep(0.01)
+    return True
+
+
+def wait_for_file(path: Path, timeout: float = 30.0) -> None:
+    """Block until ``path`` exists; raise after ``timeout`` seconds."""
+    if not appeared(path, timeout):
+        raise TimeoutError(f"{path} never appeared")
 
 
 @app.task(name="apps.rpc.add")
@@ -57,9 +61,9 @@ def stages(self, gates):
     wait_for_file(Path(gates) / "1")
     last = Path(gates) / "2"
     deadline = time.monotonic() + 30
-    while not last.exists():
+    self.update_state(state="PROGRESS", meta={"step": 1})
+    while not appeared(last, 0.1):
         if time.monotonic() > deadline:
             raise TimeoutError(f"{last} never appeared")
         self.update_state(state="PROGRESS", meta={"step": 1})
-        wait_for_file(last, timeout=0.1, must=False)
     return "done"
