@@ -210,7 +210,16 @@ class Producer:
             queue.purge()
 
 
+#: ``--metrics``: each worker as a Prometheus set-up runs it (this worker serving its metrics,
+#: Celery sending the task events its exporter reads)
+WITH_METRICS = {"worker+metrics": ("worker", ["--metrics-listen", "127.0.0.1:0"]),
+                "celery+events": ("celery", ["-E"])}
+
+
 def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") -> list[str]:
+    if kind in WITH_METRICS:
+        base, extra = WITH_METRICS[kind]
+        return command(base, pool, concurrency, scheduling) + extra
     if kind == "dramatiq":
         processes, threads = {"prefork": (concurrency, 1), "threads": (1, concurrency)}.get(pool, (1, 1))
         return [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", str(processes),
@@ -334,6 +343,9 @@ def main() -> None:
                         help="prefork dispatch: fair (both workers' default) or fcfs (Celery's -O default)")
     parser.add_argument("--only", choices=("worker", "celery", "dramatiq"))
     parser.add_argument("--dramatiq", action="store_true", help="also run Dramatiq (RabbitMQ only)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="also run this worker serving Prometheus metrics (--metrics-listen) and Celery "
+                             "sending task events (-E, what its exporter reads)")
     args = parser.parse_args()
 
     compile_sources()
@@ -341,6 +353,7 @@ def main() -> None:
     ours = Producer(args.broker)
     log = Path(os.environ.get("BENCH_LOG", "/tmp/bench-compare.log"))
     kinds = [args.only] if args.only else ["worker", "celery"] + (["dramatiq"] if args.dramatiq else [])
+    kinds += list(WITH_METRICS) if args.metrics else []
     producers: dict[str, Any] = {kind: DramatiqProducer(args.broker) if kind == "dramatiq" else ours
                                  for kind in kinds}
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
