@@ -106,6 +106,17 @@ def record_slowly(path, value, seconds):
 
 
 @app.task
+def wait_for_path(path, timeout=60.0):
+    """Run until ``path`` exists (a gate the test opens), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.01)
+    return path
+
+
+@app.task
 def pause_then_record(path, value, seconds):
     """``record`` after a pause, acknowledged when it starts (the default)."""
     time.sleep(seconds)
