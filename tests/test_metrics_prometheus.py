@@ -190,8 +190,9 @@ def test_the_gauges_show_what_the_worker_holds_running_waiting_and_for_its_eta(w
     settle(dict(held, celery_worker_tasks_active=0, worker_tasks_waiting=0, worker_tasks_reserved=0))
 
 
-def test_queue_labels_are_bounded_and_a_worker_without_the_option_serves_nothing(workers, embedded_broker):
-    from worker_metrics_prometheus.plugin import OTHER, QUEUE_LABELS
+def test_queue_labels_are_bounded_and_a_worker_without_the_option_loads_and_serves_nothing(
+        workers, embedded_broker):
+    from worker_metrics_prometheus.metrics import OTHER, QUEUE_LABELS
 
     queues = [f"q{n}" for n in range(QUEUE_LABELS + 5)]
     worker = workers.start("-Q", ",".join(queues), "--metrics-listen", "127.0.0.1:0", pool="threads",
@@ -208,6 +209,14 @@ def test_queue_labels_are_bounded_and_a_worker_without_the_option_serves_nothing
     labels = received()
     assert len(labels) == QUEUE_LABELS + 1 and labels[OTHER] == 5
 
+    loaded = subprocess.run([sys.executable, "-c", (
+        "import sys\n"
+        "from worker_core.plugins.manager import PluginManager\n"
+        "assert PluginManager().has_plugin('prometheus')\n"
+        "print(sorted(name for name in sys.modules if name.startswith('prometheus_client')))")],
+        capture_output=True, text=True, timeout=60)
+    assert loaded.returncode == 0, loaded.stderr
+    assert loaded.stdout.strip() == "[]", "the plugin loads prometheus_client before its step starts"
     steps = subprocess.run([sys.executable, "-m", "worker_core", "steps", "-A", "apps.basic"],
                            capture_output=True, text=True, env=dict(os.environ, **ENV), cwd=TESTS, timeout=60)
     assert steps.returncode == 0, steps.stderr

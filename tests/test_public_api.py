@@ -104,7 +104,8 @@ MODULES = {
     "worker_transport_redis": ["RedisBackend", "RedisTransport"],
     "worker_autoscale_backlog": ["BacklogAutoscaler"],
     "worker_celery": ["CeleryApp", "CeleryLoader", "CeleryResultBackend"],
-    "worker_metrics_prometheus": ["MetricsStep", "TaskMetrics", "parse_listen"],
+    "worker_metrics_prometheus": ["MetricsStep", "parse_listen"],
+    "worker_metrics_prometheus.metrics": ["TaskMetrics", "WorkerGauges"],
 }
 
 

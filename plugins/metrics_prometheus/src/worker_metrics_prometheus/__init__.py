@@ -1,5 +1,7 @@
-"""worker-metrics-prometheus: the worker serves Prometheus metrics itself (``--metrics-listen``)."""
+"""worker-metrics-prometheus: the worker serves Prometheus metrics itself (``--metrics-listen``).
 
-from .plugin import MetricsStep, TaskMetrics, parse_listen
+The metrics (:mod:`.metrics`, which imports prometheus_client) load when the step starts."""
 
-__all__ = ["MetricsStep", "TaskMetrics", "parse_listen"]
+from .plugin import MetricsStep, parse_listen
+
+__all__ = ["MetricsStep", "parse_listen"]

@@ -7,47 +7,25 @@ task counters and histograms carry the names and labels of the de facto Celery e
 alerts read them; the gauges add what an exporter cannot see from events (tasks held for their
 ETA, waiting for an executor, the pool's size, reconnections).
 
-The task hooks are implemented by a :class:`TaskMetrics` object registered while the step runs,
-so a worker without ``--metrics-listen`` calls no hook per task for metrics. The server's socket
-is closed in prefork children forked after it opened, so none holds the port.
+The task hooks are implemented by a :class:`~.metrics.TaskMetrics` object registered while the
+step runs, and prometheus_client is imported then: a worker without ``--metrics-listen`` calls no
+hook per task for metrics and does not load it. The server's socket is closed in prefork
+children forked after it opened, so none holds the port.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-import os
-import time
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
+from typing import Any
 
 from worker_core import Condition, OptionSpec, Step, WorkerOptions, hookimpl
 from worker_core.exceptions import ConfigurationError
-
-if TYPE_CHECKING:
-    from worker_core.request import Request
 
 logger = logging.getLogger("worker.metrics")
 
 #: the name the task-metrics plugin object is registered under while the step runs
 TASK_METRICS_PLUGIN = "prometheus-task-metrics"
-#: the label of a task name this worker does not have (names come from messages: unbounded)
-UNKNOWN = "unknown"
-#: the label of a queue past the first :data:`QUEUE_LABELS` seen (routing keys come from messages)
-OTHER = "other"
-QUEUE_LABELS = 100
-#: (task name, routing key) pairs whose series are kept at hand
-SERIES_KEPT = 10_000
-#: arrivals remembered for the wait histogram; past it the oldest are forgotten (never started)
-ARRIVALS_KEPT = 100_000
-#: seconds, from a millisecond no-op to an hour-long report
-BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
-           900.0, 3600.0, float("inf"))
-TASK_LABELS = ("name", "hostname", "queue_name")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -88,186 +66,6 @@ def worker_bootsteps(blueprint: str) -> list[Step[Any]]:
     return [MetricsStep()] if blueprint == "worker" else []
 
 
-class TaskMetrics:
-    """The task counters and histograms, fed by the task hooks (main process, loop thread)."""
-
-    def __init__(self, worker: Any, registry: CollectorRegistry) -> None:
-        self.hostname: str = worker.hostname
-        self._tasks = worker.app.tasks
-        self._queues: set[str] = set()
-        self._arrivals: dict[str, float] = {}
-        self._series: dict[tuple[Any, Any], _Series] = {}
-        #: the HTTP server, and the process it serves from (set once it listens)
-        self.server: Any = None
-        self.pid = os.getpid()
-
-        def counter(event: str, what: str, *extra: str) -> Counter:
-            return Counter(f"celery_task_{event}", what, (*TASK_LABELS, *extra), registry=registry)
-
-        self.received = counter("received", "Task messages this worker accepted.")
-        self.started = counter("started", "Tasks an executor started.")
-        self.succeeded = counter("succeeded", "Tasks that returned.")
-        self.failed = counter("failed", "Tasks that raised, timed out or lost their process.", "exception")
-        self.retried = counter("retried", "Tasks that asked to be retried.")
-        self.rejected = counter("rejected", "Task messages refused (malformed, unknown task, refused "
-                                            "content, Reject raised).")
-        self.revoked = counter("revoked", "Tasks that did not run: revoked, expired or terminated.")
-        self.runtime = Histogram("celery_task_runtime", "Seconds a task ran (successes and failures).",
-                                 TASK_LABELS, buckets=BUCKETS, registry=registry)
-        self.wait = Histogram("celery_task_queue_wait_time",
-                              "Seconds from this worker's receipt of a task to its start (prefetched, "
-                              "held for its ETA or rate limit, or waiting for an executor).",
-                              TASK_LABELS, buckets=BUCKETS, registry=registry)
-
-    @hookimpl
-    def worker_process_init(self, pid: int) -> None:
-        """A prefork child forked after the server started (a recycled or added one) inherits
-        its listening socket: close that copy, so no child holds the port once the worker is
-        gone. The server's thread lives in the main process only."""
-        server = self.server
-        if server is not None and pid != self.pid:
-            server.socket.close()
-
-    def labels(self, request: Request | None) -> tuple[str, str, str]:
-        """The task series' labels for ``request``: a name this worker has, a queue among the
-        first :data:`QUEUE_LABELS` seen, else ``unknown`` and ``other``."""
-        if request is None:
-            return UNKNOWN, self.hostname, UNKNOWN
-        name = request.name if request.name in self._tasks else UNKNOWN
-        info = request.message.delivery_info or {}
-        queue = info.get("routing_key")
-        if not isinstance(queue, str) or not queue:
-            queue = UNKNOWN
-        elif queue not in self._queues:
-            if len(self._queues) >= QUEUE_LABELS:
-                queue = OTHER
-            else:
-                self._queues.add(queue)
-        return name, self.hostname, queue
-
-    def series(self, request: Request | None) -> _Series:
-        """The labelled series of ``request``'s task and queue, made once per pair (a lookup
-        instead of prometheus_client's ``labels()`` for each event)."""
-        if request is None:
-            key: tuple[Any, Any] = (None, None)
-        else:
-            key = (request.name, (request.message.delivery_info or {}).get("routing_key"))
-        found = self._series.get(key)
-        if found is None:
-            found = _Series(self, self.labels(request))
-            if len(self._series) < SERIES_KEPT:  # keys come from messages: a bounded cache
-                self._series[key] = found
-        return found
-
-    @hookimpl
-    def task_received(self, request: Request) -> None:
-        self.series(request).received.inc()
-        arrivals = self._arrivals
-        if len(arrivals) >= ARRIVALS_KEPT:
-            del arrivals[next(iter(arrivals))]
-        arrivals[request.id] = time.monotonic()
-
-    @hookimpl
-    def task_started(self, request: Request, pid: int) -> None:
-        series = self.series(request)
-        series.started.inc()
-        arrived = self._arrivals.pop(request.id, None)
-        if arrived is not None:
-            series.wait.observe(time.monotonic() - arrived)
-
-    @hookimpl
-    def task_succeeded(self, request: Request, runtime: float, result: str | None) -> None:
-        series = self.series(request)
-        series.succeeded.inc()
-        series.runtime.observe(runtime)
-
-    @hookimpl
-    def task_failed(self, request: Request, exc_type: str, exc_message: str, runtime: float, exception: str,
-                    traceback: str) -> None:
-        series = self.series(request)
-        self._arrivals.pop(request.id, None)  # a task failed before it started (its process lost)
-        series.failed(exc_type).inc()
-        series.runtime.observe(runtime)
-
-    @hookimpl
-    def task_retried(self, request: Request, reason: str) -> None:
-        self.series(request).retried.inc()
-
-    @hookimpl
-    def task_rejected(self, request: Request | None, reason: str, requeue: bool) -> None:
-        if request is not None:
-            self._arrivals.pop(request.id, None)
-        self.series(request).rejected.inc()
-
-    @hookimpl
-    def task_revoked(self, request: Request, reason: str) -> None:
-        self._arrivals.pop(request.id, None)
-        self.series(request).revoked.inc()
-
-
-class _Series:
-    """The series of one task name and queue."""
-
-    __slots__ = ("_failed", "_labels", "_metrics", "received", "rejected", "retried", "revoked", "runtime",
-                 "started", "succeeded", "wait")
-
-    def __init__(self, metrics: TaskMetrics, labels: tuple[str, str, str]) -> None:
-        self._metrics, self._labels = metrics, labels
-        self.received = metrics.received.labels(*labels)
-        self.started = metrics.started.labels(*labels)
-        self.succeeded = metrics.succeeded.labels(*labels)
-        self.retried = metrics.retried.labels(*labels)
-        self.rejected = metrics.rejected.labels(*labels)
-        self.revoked = metrics.revoked.labels(*labels)
-        self.runtime = metrics.runtime.labels(*labels)
-        self.wait = metrics.wait.labels(*labels)
-        self._failed: dict[str, Any] = {}
-
-    def failed(self, exc_type: str) -> Any:
-        found = self._failed.get(exc_type)
-        if found is None:
-            found = self._failed[exc_type] = self._metrics.failed.labels(*self._labels, exc_type)
-        return found
-
-
-class WorkerGauges(Collector):
-    """What the worker holds, read when Prometheus scrapes (the HTTP server's thread reads sizes
-    the loop thread changes: each read is one length, consistent on its own)."""
-
-    def __init__(self, worker: Any) -> None:
-        self.worker = worker
-
-    def collect(self) -> Iterator[Any]:
-        worker, hostname = self.worker, self.worker.hostname
-
-        def gauge(name: str, what: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, what, labels=("hostname",))
-            family.add_metric((hostname,), value)
-            return family
-
-        yield gauge("celery_worker_up", "1 while this worker serves its metrics.", 1)
-        consumer = getattr(worker, "consumer", None)
-        reservations = getattr(consumer, "reservations", None)
-        if reservations is not None:
-            yield gauge("celery_worker_tasks_active", "Tasks running in the pool.", len(reservations.active))
-            yield gauge("worker_tasks_reserved", "Tasks this worker holds unfinished: running, waiting "
-                        "for an executor, or for their rate limit.", len(reservations.reserved))
-            # not started: in the worker's queue, or handed to a pool that queues them itself
-            waiting = len(reservations.ready) + max(0, reservations.inflight - len(reservations.active))
-            yield gauge("worker_tasks_waiting", "Tasks waiting for a free executor.", waiting)
-            yield gauge("worker_tasks_eta_held", "Tasks held for their ETA or countdown.",
-                        len(reservations.eta_held))
-        if consumer is not None:
-            reconnects = CounterMetricFamily("worker_broker_reconnects", "Times the consumer reconnected "
-                                             "after losing its broker connection.", labels=("hostname",))
-            reconnects.add_metric((hostname,), consumer.restart_count)
-            yield reconnects
-        pool = getattr(worker, "pool", None)
-        if pool is not None:
-            yield gauge("worker_pool_processes", "Executors in the pool (processes or threads).",
-                        pool.num_processes)
-
-
 class MetricsStep(Step[Any]):
     """Serves ``/metrics`` over HTTP from a thread of the main process while the worker runs."""
 
@@ -282,6 +80,10 @@ class MetricsStep(Step[Any]):
         return f"serve Prometheus metrics on {_address(*listen)}/metrics"
 
     def start(self, worker: Any) -> None:
+        from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+
+        from .metrics import TaskMetrics, WorkerGauges
+
         host, port = worker.options.extra["metrics_listen"]
         registry = CollectorRegistry()
         self.task_metrics = TaskMetrics(worker, registry)
