@@ -24,7 +24,7 @@ import pytest
 from worker_core.exceptions import ConfigurationError, PoolError, TimeLimitExceeded, WorkerLostError
 from worker_core.slots import PoolOptions
 from worker_core.testing import PoolRunner, jobs
-from worker_pool_prefork import PreforkPool
+from worker_pool_prefork import PreforkPool, engine
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process tests use /proc")
 
@@ -309,9 +309,13 @@ def test_fair_scheduling_gives_each_job_to_the_child_idle_since_last(driver: str
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_fair_scheduling_hands_jobs_queued_behind_a_long_one_to_the_child_that_is_free(
-        driver: str, release: str) -> None:
+        driver: str, release: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """With every child busy, jobs are written behind running ones; once the job they wait for
     has run for QUEUE_GRACE and another child is free, that child takes them over."""
+    # A job that has run for QUEUE_GRACE (5 ms) gets nothing written behind it: the jobs then wait
+    # in the parent, and there is nothing to take over. A longer grace lets this test write its
+    # jobs behind the long one however slowly it submits them.
+    monkeypatch.setattr(engine, "QUEUE_GRACE", 1.0)
     with run_pool(PoolOptions(concurrency=2, scheduling="fair"), driver) as runner:
         long = runner.submit(jobs.wait_for_path, (release,))
         medium = runner.submit(jobs.sleep, (0.3,))
