@@ -60,6 +60,7 @@ bench: venv
 	done
 	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
 	$(BIN)/python bench/compare.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
+	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 --metrics
 	for pool in prefork threads; do \
 	    $(BIN)/python bench/rpc_results.py --broker $(REDIS_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
 	    $(BIN)/python bench/rpc_results.py --broker $(AMQP_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
