@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import REDIS_PORT, WorkerFactory, empty_redis, redis_db, require_server
+from tls_servers import stop_process
 from workers import wait_for
 
 pytestmark = pytest.mark.timeout(120)
@@ -133,10 +134,5 @@ def test_flower_sees_the_worker_and_its_tasks(worker, client, broker, tmp_path):
         assert task["name"] == f"{PROJ}.add" and task["worker"] == node(worker)
         assert task["result"] == "42"
     finally:
-        flower.terminate()
-        try:
-            flower.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            flower.kill()
-            flower.wait()
+        stop_process(flower)
         log.close()

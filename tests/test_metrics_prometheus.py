@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,11 +16,13 @@ import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from apps import basic
 from conftest import REDIS_PORT, empty_redis, redis_db, require_server
 from prometheus_client.parser import text_string_to_metric_families
+from tls_servers import free_ports, require_program, stop_process
 from workers import TESTS, children_of, wait_for
 
 from worker_metrics_prometheus import parse_listen
@@ -304,22 +305,11 @@ def test_a_bad_or_busy_address_stops_the_worker_before_it_takes_a_task(workers, 
 # -- a real Prometheus server ------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def prometheus(tmp_path: Path) -> Iterator:
     """Start a Prometheus server of the test's own scraping ``targets`` every 0.5 s."""
-    program = shutil.which("prometheus")
-    if program is None:
-        why = "the prometheus server is not installed (Debian: apt-get install prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
-    started: list[subprocess.Popen] = []
+    program = require_program("prometheus")  # Debian: apt-get install prometheus
+    started: list[tuple[subprocess.Popen, Any]] = []
 
     def start(targets: list[str]) -> str:
         config = tmp_path / "prometheus.yml"
@@ -327,21 +317,17 @@ def prometheus(tmp_path: Path) -> Iterator:
             "global": {"scrape_interval": "500ms", "scrape_timeout": "400ms"},
             "scrape_configs": [{"job_name": "worker", "static_configs": [{"targets": targets}]}],
         }))
-        address = f"127.0.0.1:{free_port()}"
-        log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed with the process
-        started.append(subprocess.Popen(
+        address = f"127.0.0.1:{free_ports(1)[0]}"
+        log = open(tmp_path / "prometheus.log", "wb")  # noqa: SIM115 - closed once the server ends
+        started.append((subprocess.Popen(
             [program, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
-             f"--web.listen-address={address}"], stdout=log, stderr=subprocess.STDOUT))
+             f"--web.listen-address={address}"], stdout=log, stderr=subprocess.STDOUT), log))
         return f"http://{address}"
 
     yield start
-    for process in started:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    for process, log in started:
+        stop_process(process, timeout=20)
+        log.close()
 
 
 def query(server: str, promql: str) -> list[dict]:

@@ -13,6 +13,7 @@ import ssl
 import subprocess
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from workers import wait_for
@@ -43,7 +44,8 @@ def require_program(name: str, *also: str) -> str:
     return found
 
 
-def _stop(process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+def stop_process(process: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """End a server this test started: SIGTERM, then SIGKILL if it outlives ``timeout``."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -95,7 +97,7 @@ class RedisTlsServer:
 
     def stop(self) -> None:
         if self.process is not None:
-            _stop(self.process)
+            stop_process(self.process)
 
 
 _RABBITMQ_BIN = "/usr/lib/rabbitmq/bin"
@@ -206,7 +208,7 @@ class RabbitTlsNode:
             pass
         if self.vm_pid is not None and self._is_this_node(self.vm_pid):
             os.kill(self.vm_pid, signal.SIGKILL)
-        _stop(self.process)
+        stop_process(self.process)
 
     def _is_this_node(self, pid: int) -> bool:
         # the PID of a VM that is gone may belong to another process by now
