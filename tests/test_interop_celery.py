@@ -9,6 +9,7 @@ import uuid
 import pytest
 from apps import basic
 from conftest import REDIS_TEST_URL, delete_queue
+from workers import wait_for
 
 
 @pytest.fixture(params=["redis", "amqp"])
@@ -43,6 +44,14 @@ def our_client(broker: str):
     basic.app.conf.update(broker_url=broker, result_backend=REDIS_TEST_URL)
     yield basic.app
     basic.app.close()
+
+
+def answering(client, name: str) -> None:
+    """Wait until the worker ``name`` answers a Celery client's ping. On Redis remote control is
+    pub/sub: a broadcast sent between a worker's "ready." and its first poll, which subscribes
+    it, reaches nobody (a Celery worker's as well as ours)."""
+    wait_for(lambda: client.control.ping(destination=[name], timeout=0.5), timeout=20,
+             message=f"{name} to answer a ping")
 
 
 def test_a_celery_client_feeds_our_worker_and_reads_values_and_exceptions(
@@ -113,6 +122,8 @@ def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
     ours = workers.start("-Q", queue, "-n", f"ours-{queue}@localhost", broker=broker, backend=REDIS_TEST_URL)
     theirs = workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
     ours_name = f"ours-{queue}@localhost"
+    answering(celery_client, ours_name)
+    answering(celery_client, theirs.args[theirs.args.index("-n") + 1])
     replies = celery_client.control.inspect(timeout=3, destination=[ours_name]).ping()
     assert replies == {ours_name: {"ok": "pong"}}
     registered = celery_client.control.inspect(timeout=3, destination=[ours_name]).registered()
@@ -173,6 +184,7 @@ def test_our_revoke_reaches_a_celery_worker(workers, broker, queue, our_client, 
 def test_a_celery_clients_rate_limit_and_time_limit_reach_our_worker(workers, broker, queue, celery_client):
     name = f"ours-{queue}@localhost"
     ours = workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
+    answering(celery_client, name)
     replies = celery_client.control.rate_limit("apps.basic.add", "2/s", destination=[name], reply=True,
                                                timeout=3)
     assert replies == [{name: {"ok": "new rate limit set successfully"}}]
@@ -253,6 +265,7 @@ def test_a_celery_clients_add_consumer_and_cancel_consumer_reach_our_worker(work
     name = f"ours-{queue}@localhost"
     other = f"{queue}-more"
     workers.start("-Q", queue, "-n", name, broker=broker, backend=REDIS_TEST_URL)
+    answering(celery_client, name)
     try:
         replies = celery_client.control.add_consumer(other, destination=[name], reply=True, timeout=3)
         assert replies == [{name: {"ok": f"add consumer {other}"}}]
