@@ -253,8 +253,7 @@ def two_fleets(workers, broker):
 
 
 def _hostname(worker) -> str:
-    args = worker.args
-    return args[args.index("-n") + 1]
+    return str(worker.name)
 
 
 def test_a_chain_alternates_between_a_celery_worker_and_this_one(two_fleets, ours, theirs):

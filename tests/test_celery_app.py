@@ -65,7 +65,7 @@ def test_a_task_runs_in_a_pool_child_with_celerys_request_and_its_result_is_stor
     assert app.send_task(f"{PROJ}.add", (2, 3)).get(timeout=10) == 5
     seen = app.send_task(f"{PROJ}.whoami", headers={"x_custom": "carried"}).get(timeout=10)
     assert seen["task"] == f"{PROJ}.whoami" and seen["custom"] == "carried"
-    assert seen["hostname"] == proj.args[proj.args.index("-n") + 1]
+    assert seen["hostname"] == proj.name
     assert seen["delivery_info"]["routing_key"] == "celery"
     assert seen["called_directly"] is False and seen["is_eager"] is False
     result = app.send_task(f"{PROJ}.add", (1, 1))

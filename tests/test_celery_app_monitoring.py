@@ -43,7 +43,7 @@ def worker(broker: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[An
 
 
 def node(worker: Any) -> str:
-    return str(worker.args[worker.args.index("-n") + 1])
+    return str(worker.name)
 
 
 @pytest.fixture

@@ -71,7 +71,7 @@ def test_an_unknown_task_lands_in_the_dead_letter_queue_and_workerctl_lists_requ
     dead = f"{queue}.dead"
     env = {"PYTHONPATH": str(TESTS), "WORKER_WORKER_DEAD_LETTER_QUEUE": dead}
     worker = workers.start("-Q", queue, broker=broker, backend=RESULTS, env=env)
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     client = _client(broker, worker_dead_letter_queue=dead)
     lost = client.send_task("proj.no_such_task", (1,), queue=queue)
     worker.wait_log(f"to the dead-letter queue {dead!r}")
@@ -158,7 +158,7 @@ def test_a_celery_clients_countdown_on_a_quorum_queue_waits_on_rabbitmq_not_in_t
         backend=RESULTS,
         env={"PYTHONPATH": str(TESTS), "WORKER_TASK_QUEUES": json.dumps(queues)},
     )
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     celery = Celery("client", broker=amqp_url, backend=RESULTS)
     celery.conf.task_queues = [
         Queue(queue, Exchange(exchange, "topic"), "job.#", queue_arguments={"x-queue-type": "quorum"})

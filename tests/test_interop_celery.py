@@ -123,7 +123,7 @@ def test_celery_inspect_reaches_our_worker_and_our_inspect_reaches_celerys(
     theirs = workers.start_celery("-Q", queue, broker=broker, backend=REDIS_TEST_URL)
     ours_name = f"ours-{queue}@localhost"
     answering(celery_client, ours_name)
-    answering(celery_client, theirs.args[theirs.args.index("-n") + 1])
+    answering(celery_client, theirs.name)
     replies = celery_client.control.inspect(timeout=3, destination=[ours_name]).ping()
     assert replies == {ours_name: {"ok": "pong"}}
     registered = celery_client.control.inspect(timeout=3, destination=[ours_name]).registered()

@@ -69,7 +69,7 @@ def start(workers, broker: str, pool: str, *args: str):
 def test_every_task_event_is_counted_under_the_celery_exporters_names_and_labels(workers, embedded_broker,
                                                                                  pool):
     worker = start(workers, embedded_broker, pool)
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     url = metrics_url(worker)
     for n in range(3):
         basic.add.delay(n, n)
@@ -130,7 +130,7 @@ def test_a_celery_projects_tasks_are_counted_under_their_celery_names(workers):
     env = {**ENV, "CELERY_BROKER_URL": broker, "CELERY_RESULT_BACKEND": results}
     worker = workers.start("-c", "2", "--metrics-listen", "127.0.0.1:0", app="apps.celery_proj",
                            pool="prefork", env=env)
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     url = metrics_url(worker)
     client = Celery("client", broker=broker, backend=results)
     try:
@@ -162,7 +162,7 @@ def test_the_gauges_show_what_the_worker_holds_running_waiting_and_for_its_eta(w
                                                                               tmp_path, pool):
     worker = workers.start("-c", "1", "--metrics-listen", "127.0.0.1:0", pool=pool, broker=embedded_broker,
                            env=ENV)
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     url = metrics_url(worker)
     gate = tmp_path / "gate"
     basic.wait_for_path.delay(str(gate))
@@ -264,7 +264,7 @@ def test_prefork_children_forked_after_the_server_opened_do_not_hold_its_port(wo
         return new and not any(holds(child, inode) for child in children)
 
     wait_for(replaced, timeout=20, message="two new children, neither holding the metrics server's socket")
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     # the results are stored by the children, before the main process counts the outcomes
     wait_for(lambda: value(scrape(url), "celery_task_succeeded_total", name="apps.basic.pid", hostname=name,
                            queue_name="celery") == 4, message="four successes counted")
@@ -347,7 +347,7 @@ def query(server: str, promql: str) -> list[dict]:
 def test_a_prometheus_server_scrapes_the_worker_and_answers_the_exporters_queries(
         workers, embedded_broker, prometheus):
     worker = start(workers, embedded_broker, "prefork")
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     target = urllib.parse.urlsplit(metrics_url(worker)).netloc
     server = prometheus([target])
     for n in range(5):

@@ -202,7 +202,7 @@ def test_a_fanout_exchange_in_task_queues_reaches_every_queue_bound_to_it(worker
     worker = workers.start(broker=amqp_url, backend=RESULTS, env=env)  # no -Q: both queues
     assert f"queues     {first}, {second}" in worker.log()
     client = _client(amqp_url, task_queues=queues)
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     assert _ask(client, name, "conf")["task_queues"] == queues  # as given
     described = _ask(client, name, "active_queues")  # as Celery's worker describes them
     assert [(q["name"], q["exchange"]["name"], q["exchange"]["type"]) for q in described] == [
@@ -272,7 +272,7 @@ def test_a_failed_add_consumer_answers_why_and_every_other_queue_goes_on(workers
     for kind, name in (("queue", main), ("queue", quorum), ("exchange", exchange), ("queue", f"{main}-2")):
         amqp_channel.made(kind, name)
     worker = workers.start("-Q", main, broker=amqp_url, backend=RESULTS, env={"PYTHONPATH": str(TESTS)})
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     client = _client(amqp_url)
     # a quorum queue cannot join a channel whose window is global
     answer = _ask(client, name, "add_consumer", queue=quorum)
@@ -356,7 +356,7 @@ def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl
     }
     worker = workers.start(app="apps.celery_routed", env=env)  # no -Q: the queues of task_queues
     assert f"queues     {queue}" in worker.log()
-    name = worker.args[worker.args.index("-n") + 1]
+    name = worker.name
     [shown] = _ask(_client(amqp_url), name, "conf")["task_queues"]  # kombu's queue, as data
     assert (shown["name"], shown["exchange"]["type"], shown["routing_key"]) == (queue, "topic", "feed.#")
     # a producer of the deployment: the same settings, sending by name through its routes

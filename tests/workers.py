@@ -44,6 +44,11 @@ class WorkerProcess:
     def pid(self) -> int:
         return self.process.pid
 
+    @property
+    def name(self) -> str:
+        """The node name it was started with (``-n``)."""
+        return str(self.args[self.args.index("-n") + 1])
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 

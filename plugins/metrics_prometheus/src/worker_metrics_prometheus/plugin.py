@@ -86,18 +86,18 @@ class MetricsStep(Step[Any]):
 
         host, port = worker.options.extra["metrics_listen"]
         registry = CollectorRegistry()
-        self.task_metrics = TaskMetrics(worker, registry)
+        task_metrics = TaskMetrics(worker, registry)
         registry.register(WorkerGauges(worker))
         ProcessCollector(registry=registry)  # the main process's CPU, memory and open files
         try:
-            self.server, self.thread = start_http_server(port, host, registry)
+            self.server, _thread = start_http_server(port, host, registry)
         except OSError as exc:
             raise ConfigurationError(
                 f"--metrics-listen {_host_port(host, port)}: cannot listen there ({exc.strerror or exc}); "
                 f"choose a free port, or an address of this machine"
             ) from None
-        self.task_metrics.server = self.server
-        worker.plugins.register(self.task_metrics, TASK_METRICS_PLUGIN)
+        task_metrics.server = self.server
+        worker.plugins.register(task_metrics, TASK_METRICS_PLUGIN)
         logger.info("Prometheus metrics on %s/metrics", _address(host, self.server.server_port))
 
     def stop(self, worker: Any) -> None:
