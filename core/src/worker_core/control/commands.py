@@ -84,11 +84,16 @@ def stats(worker: Worker, **_celery: Any) -> dict[str, Any]:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = worker.stats()
     info["rusage"] = {"utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss": usage.ru_maxrss}
-    info["clock"] = 0
+    info["clock"] = str(worker.clock)  # a string in Celery's reply too
     info.setdefault("autoscaler", {})
     info["autoscaler"] = info["autoscaler"] or {}
     info["pid"] = os.getpid()
     return info
+
+
+def clock(worker: Worker, **_celery: Any) -> dict[str, int]:
+    """The logical clock's value now (Celery's ``clock``)."""
+    return {"clock": worker.clock.value}
 
 
 def active(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
@@ -456,6 +461,7 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
     for command in (
         Command("ping", ping, help="Answer pong."),
         Command("stats", stats, help="Pool, prefetch, autoscaler, totals, uptime."),
+        Command("clock", clock, help="The logical clock's value."),
         Command("active", active, help="Tasks running now."),
         Command("reserved", reserved, help="Tasks received and waiting for the pool."),
         Command("scheduled", scheduled, help="Tasks waiting for their ETA."),

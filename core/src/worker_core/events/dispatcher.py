@@ -12,6 +12,8 @@ from typing import Any
 
 import kombu
 
+from ..clock import LogicalClock
+
 __all__ = ["EXCHANGE", "EventDispatcher", "utcoffset"]
 
 logger = logging.getLogger("worker.events")
@@ -27,12 +29,14 @@ def utcoffset() -> float:
 class EventDispatcher:
     """Sends events on a channel of its own on the consumer's connection (loop thread only)."""
 
-    def __init__(self, connection: Any, hostname: str, *, task_events: bool) -> None:
+    def __init__(self, connection: Any, hostname: str, *, task_events: bool,
+                 clock: LogicalClock | None = None) -> None:
         self.hostname = hostname
         self.pid = os.getpid()
         #: whether task events are sent (``-E``; ``enable_events``/``disable_events``)
         self.task_events = task_events
-        self.clock = 0
+        #: the worker's logical clock, forwarded by each event (a clock of its own without one)
+        self.clock = clock if clock is not None else LogicalClock()
         self.sent = 0
         self._headers = {"hostname": hostname}
         kind = "fanout" if connection.transport.driver_type == "redis" else "topic"
@@ -45,8 +49,8 @@ class EventDispatcher:
     def send(self, type: str, **fields: Any) -> None:
         """Publish one event; a failure is logged (once until a send works again), never raised:
         a lost connection is the consumer's to notice."""
-        self.clock += 1
-        event = {"hostname": self.hostname, "utcoffset": utcoffset(), "pid": self.pid, "clock": self.clock,
+        event = {"hostname": self.hostname, "utcoffset": utcoffset(), "pid": self.pid,
+                 "clock": self.clock.forward(),
                  "timestamp": time.time(), "type": type, **fields}
         try:
             self.producer.publish(event, routing_key=type.replace("-", "."), headers=self._headers,

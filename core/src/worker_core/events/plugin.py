@@ -99,7 +99,8 @@ class EventsStep(Step["Consumer"]):
         assert connection is not None
         worker = consumer.worker
         events = worker.stash[DISPATCHER] = EventDispatcher(connection, consumer.hostname,
-                                                            task_events=task_events_enabled(consumer))
+                                                            task_events=task_events_enabled(consumer),
+                                                            clock=worker.clock)
         if events.task_events:
             enable_task_events(worker)
 

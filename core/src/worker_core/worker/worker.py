@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import execution
 from ..bootsteps import Blueprint
+from ..clock import LogicalClock
 from ..exceptions import ConfigurationError
 from ..revoked import RevokedIds
 from ..stash import Stash
@@ -66,6 +67,9 @@ class Worker:
         self._backlog: Backlog | None = None
         #: ids of revoked tasks (remote ``revoke``): kept across lost connections
         self.revoked = RevokedIds()
+        #: the logical clock (Lamport's, as Celery's ``app.clock``): forwarded by every event sent
+        #: and every remote-control request received; ``--statedb`` keeps its value
+        self.clock = LogicalClock()
         #: the queues consumed now: ``-Q``, then ``add_consumer``/``cancel_consumer``
         self.queues: list[str] = list(self.options.queues)
         self.stopping = False
