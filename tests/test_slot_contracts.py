@@ -25,6 +25,10 @@ from worker_core.slots import (
     CAPABILITIES,
     REQUIRED,
     AcksSurviveReconnect,
+    AdoptsQueues,
+    BuffersDeliveries,
+    DelaysOnBroker,
+    FansOutEvents,
     FixedConcurrency,
     LeasesMessages,
     OffersResultBackend,
@@ -178,6 +182,28 @@ def test_capabilities_are_tested_on_the_class_and_on_the_instance(tmp_path: Path
         assert leasing.lease_timeout(Settings(broker_transport_options={"visibility_timeout": 30})) == 30
     assert not isinstance(AmqpTransport, LeasesMessages)
     assert isinstance(RedisBackend, SuccessIsFinal) and RedisBackend.success_is_final
+
+
+def test_what_differs_between_brokers_is_a_capability_of_the_transport() -> None:
+    """The core asks the transport, never the broker's name: RabbitMQ adopts queues that exist,
+    holds countdowns and reads deliveries ahead of the loop; Redis fans events out; the embedded
+    transport does none of these, the defaults."""
+    from worker_transport_amqp.transport import AmqpTransport
+    from worker_transport_redis.transport import RedisTransport
+
+    assert isinstance(AmqpTransport, AdoptsQueues) and isinstance(AmqpTransport, DelaysOnBroker)
+    assert isinstance(AmqpTransport, BuffersDeliveries) and AmqpTransport.buffers_deliveries
+    assert not isinstance(AmqpTransport, FansOutEvents)
+    assert isinstance(RedisTransport, FansOutEvents) and RedisTransport.fans_out_events
+    for transport in (RedisTransport, EmbeddedTransport):
+        assert not isinstance(transport, (AdoptsQueues, DelaysOnBroker, BuffersDeliveries))
+    assert not isinstance(EmbeddedTransport, FansOutEvents)
+    amqp = AmqpTransport("amqp://guest:guest@127.0.0.1:5672//", Settings())
+    exchange, routing_key = amqp.delayed_route(5, "job.new")
+    assert exchange == "celery_delayed_27"
+    assert routing_key == "0." * 25 + "1.0.1.job.new"
+    # a second delay replaces the bits of the first
+    assert amqp.delayed_route(1, routing_key)[1] == "0." * 27 + "1.job.new"
 
 
 def test_the_default_result_backend_comes_from_the_transport_that_offers_one(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ when it loads the class, naming each missing member. Everything optional is a sm
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
 :class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`CountsDeliveries`,
+:class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
 :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
 :class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
@@ -42,15 +43,19 @@ __all__ = [
     "REQUIRED",
     "AcceptCallback",
     "AcksSurviveReconnect",
+    "AdoptsQueues",
     "AppLoader",
     "Autoscaler",
     "AutoscalerFactory",
     "BackendCountsDeliveries",
+    "BuffersDeliveries",
     "ChordCount",
     "CountsDeliveries",
+    "DelaysOnBroker",
     "DiscardsResults",
     "EventLoop",
     "FailoverStrategy",
+    "FansOutEvents",
     "FixedConcurrency",
     "ForeignApp",
     "JoinsChords",
@@ -285,7 +290,10 @@ class Transport(Protocol):
     ``Transport(url, settings)`` when the worker connects.
 
     **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
-    :class:`OffersResultBackend`, :class:`CountsDeliveries`.
+    :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
+    :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`. The worker never
+    asks which broker it has: what differs between brokers is one of these, with the behaviour
+    without it said in its docstring.
 
     The contract suite in :mod:`worker_core.testing.transport_contract` checks a transport against
     a real broker of its kind.
@@ -386,6 +394,93 @@ class CountsDeliveries(Protocol):
 
 
 @runtime_checkable
+class FansOutEvents(Protocol):
+    """A transport on which monitoring events must go out on a fanout exchange: kombu's Redis
+    transport delivers a topic exchange's messages only within one process, so Celery's monitors
+    (Flower, ``celery events``) bind to a fanout ``celeryev`` there, and this worker publishes so.
+
+    Declared with ``fans_out_events = True`` (``False`` means the same as leaving it out); test
+    for it with ``isinstance(transport, FansOutEvents) and transport.fans_out_events``. Without it
+    the ``celeryev`` exchange is a topic exchange, as on RabbitMQ.
+    """
+
+    fans_out_events: ClassVar[bool]
+
+
+@runtime_checkable
+class BuffersDeliveries(Protocol):
+    """A transport whose client reads deliveries into a buffer of its own while it waits for a
+    broker's reply (py-amqp reads every frame up to the reply to a window change), where the event
+    loop's poller cannot see them: nothing wakes the loop for them until the broker sends more.
+
+    Declared with ``buffers_deliveries = True`` (``False`` means the same as leaving it out); test
+    for it with ``isinstance(transport, BuffersDeliveries) and transport.buffers_deliveries``. The
+    worker then reads the connection without waiting right after consuming starts (the async
+    loop) and after each change of the prefetch window. Without it nothing is read but what the
+    loop reads.
+    """
+
+    buffers_deliveries: ClassVar[bool]
+
+
+@runtime_checkable
+class AdoptsQueues(Protocol):
+    """A transport whose broker keeps a queue with the arguments it was first declared with and
+    refuses a declaration with others (RabbitMQ: ``PRECONDITION_FAILED``, which also closes the
+    channel that sent it).
+
+    Test for it with ``isinstance(transport, AdoptsQueues)``. The worker then declares each queue
+    it consumes with :meth:`declare_queue` before consuming it (at start and for ``add_consumer``),
+    and consumes what it returns; the app publishes once more, without declaring, when
+    :meth:`declaration_differs` says a publish failed on such a refusal (the queue takes the
+    message as it is). Without it, kombu declares the queues as the worker has them when
+    consuming starts, and a failed declaration is an error like any other.
+    """
+
+    def declare_queue(self, connection: Any, queue: Any) -> Any:
+        """Declare the kombu ``queue`` (its exchange, the queue, its bindings) on a channel of its
+        own on ``connection``, never the one that consumes, and return the queue as the broker has
+        it: with the arguments of a queue that exists with others where consuming it as it is is
+        safe, in one log line naming the queue, the argument, both values and the setting to
+        change. Raise :class:`~worker_core.exceptions.TopologyError` saying why when it cannot
+        be consumed (a stream, an exchange of another type, a refusal for good)."""
+
+    def declaration_differs(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the broker refusing a declaration because the queue or exchange
+        exists with other arguments."""
+
+
+@runtime_checkable
+class DelaysOnBroker(Protocol):
+    """A transport whose broker can hold a message until its countdown is due, in the layout of
+    Celery's native delayed delivery (RabbitMQ: the ``celery_delayed_<level>`` exchanges and
+    queues), so Celery's clients and workers and this worker's share the delays.
+
+    Test for it with ``isinstance(transport, DelaysOnBroker)``. Used as Celery uses it, for quorum
+    queues (whose prefetch window is per consumer, so a message held in the worker for its
+    countdown would block the window): when the worker consumes one it calls
+    :meth:`declare_delays`, then :meth:`bind_to_delays` for each queue it consumes; the app sends
+    a countdown of a second or more to a queue that is not on a direct exchange through
+    :meth:`delayed_route`. The routing key of a message that comes out of the delays carries the
+    delay's bits before its own (:func:`worker_core.protocol.strip_delay` takes them off).
+    Without it every countdown waits in the worker.
+    """
+
+    def declare_delays(self, connection: Any, queue_type: str) -> None:
+        """Declare the delays' exchanges, queues (of ``queue_type``: the setting
+        ``broker_native_delayed_delivery_queue_type``) and bindings, on a channel of its own.
+        Raise what the broker refused: the worker logs it and holds the countdowns itself."""
+
+    def bind_to_delays(self, connection: Any, queue: Any) -> None:
+        """Let the delayed messages meant for the kombu ``queue`` reach it, on a channel of its own
+        (a queue whose exchange is direct cannot take part: say so in a log line)."""
+
+    def delayed_route(self, seconds: float, routing_key: str) -> tuple[str, str]:
+        """The exchange and routing key that hold a message ``seconds`` (1 or more) on the broker
+        on its way to ``routing_key`` (the delay bits of an earlier delay replaced)."""
+
+
+@runtime_checkable
 class ParksMessages(Protocol):
     """A kombu channel (of a transport plugin) that keeps each message it delivered until it is
     acknowledged, as kombu's virtual transports do, and can keep one the worker holds for a long
@@ -414,6 +509,11 @@ class LoopContext(Protocol):
     @property
     def connection(self) -> Any:
         """The kombu connection being consumed from."""
+
+    @property
+    def transport(self) -> Transport:
+        """The transport plugin object the connection was made with: ask it what it can do
+        (for example ``isinstance(context.transport, BuffersDeliveries)``)."""
 
     @property
     def hub(self) -> Hub | None:
@@ -896,7 +996,8 @@ REQUIRED: Mapping[str, type] = {
 #: The optional capabilities each slot's implementations may offer.
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob),
-    "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries),
+    "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
+                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker),
     "loop": (),
     "autoscaler": (),
     "failover": (),

@@ -22,12 +22,10 @@ from ..plugins.manager import PluginManager
 from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
 from ..selection import default_result_url
-from ..slots import RepliesToSender, ResultBackend
+from ..slots import AdoptsQueues, DelaysOnBroker, RepliesToSender, ResultBackend, Transport
 from . import sending
-from .broker import broker_urls, connect_for_publishing
+from .broker import broker_urls, connect_for_publishing, transport_for
 from .context import add_child, current_context
-from .delays import ENTRY_EXCHANGE, delayed_routing_key
-from .inequivalent import mismatch_of
 from .queues import Topology
 from .result import AsyncResult
 from .routes import Destination, Router
@@ -128,6 +126,7 @@ class App:
         self._signer: SignedSerializer | None = None
         self._signed_body_serializer = "json"
         self._routing: tuple[Settings, Topology, Router] | None = None
+        self._transport: Transport | None = None
         _track_for_fork(self)
 
     # -- settings ----------------------------------------------------------------------------
@@ -149,6 +148,15 @@ class App:
     @property
     def broker_urls(self) -> tuple[str, ...]:
         return broker_urls(self.settings)
+
+    @property
+    def transport(self) -> Transport:
+        """The transport plugin object of the first broker URL (the one this app's connections
+        are made through): what the app asks about the broker's capabilities."""
+        transport = self._transport
+        if transport is None:
+            transport = self._transport = transport_for(self.plugins, self.broker_urls[0], self.settings)
+        return transport
 
     @property
     def plugins(self) -> PluginManager:
@@ -465,7 +473,7 @@ class App:
         declare = [] if declared in state.declared else list(destination.declare)
         exchange, routing_key = destination.exchange, destination.routing_key
         if delay is not None:
-            exchange, routing_key = self._delayed(destination, delay, state.connection)
+            exchange, routing_key = self._delayed(destination, delay)
         policy = PUBLISH_RETRY_POLICY if retry_policy is None else dict(PUBLISH_RETRY_POLICY, **retry_policy)
         hooks = self.plugins.hooks
         if "before_task_publish" in hooks.implemented:
@@ -492,7 +500,8 @@ class App:
                 declare=declare, retry=publish_retry, retry_policy=policy, **kwargs,
             )
         except Exception as exc:
-            if not declare or mismatch_of(exc) is None:
+            transport = self.transport
+            if not (declare and isinstance(transport, AdoptsQueues) and transport.declaration_differs(exc)):
                 raise
             # the queue exists with other arguments (a quorum queue, say): it takes the message
             # as it is (the channel, closed by the refusal, is opened again by the publish)
@@ -506,17 +515,19 @@ class App:
                                                routing_key=routing_key,
                                                headers=headers)
 
-    def _delayed(self, destination: Destination, delay: float | str, connection: Any) -> tuple[str, str]:
-        """The exchange and routing key of a message whose countdown RabbitMQ holds (Celery's
-        native delayed delivery): when the app has quorum queues and the message goes through an
-        exchange that is not direct; otherwise its own, and the worker holds it."""
+    def _delayed(self, destination: Destination, delay: float | str) -> tuple[str, str]:
+        """The exchange and routing key of a message whose countdown the broker holds (Celery's
+        native delayed delivery, on a transport that ``DelaysOnBroker``): when the app has quorum
+        queues and the message goes through an exchange that is not direct; otherwise its own,
+        and the worker holds it."""
         queue = destination.queue
         exchange_type = queue.exchange.type if queue is not None and queue.exchange is not None \
             else destination.exchange_type
         plain = (destination.exchange, destination.routing_key)
         if exchange_type == "direct" or not self.topology.uses_quorum():
             return plain
-        if getattr(connection.transport, "driver_type", None) != "amqp":
+        transport = self.transport
+        if not isinstance(transport, DelaysOnBroker):
             return plain
         seconds = delay if isinstance(delay, (int, float)) else _seconds_until(delay)
         if seconds is None or seconds < 1:
@@ -524,7 +535,7 @@ class App:
         routing_key = destination.routing_key
         if queue is not None and queue.routing_key:
             routing_key = queue.routing_key
-        return ENTRY_EXCHANGE, delayed_routing_key(seconds, routing_key)
+        return transport.delayed_route(seconds, routing_key)
 
     # -- hooks of app code ---------------------------------------------------------------------------
 
@@ -619,6 +630,7 @@ class App:
         self._local = threading.local()
         self._backend = None
         self._replies = None
+        self._transport = None
         self._signer = None  # the settings may name other files now
 
     def close(self) -> None:

@@ -17,20 +17,27 @@ if TYPE_CHECKING:
     from kombu.entity import Queue
     from kombu.messaging import Producer
 
+    from ..slots import Transport
     from .base import App
 
-__all__ = ["broker_urls", "connect", "connect_for_publishing", "connection_for", "task_queue",
-           "transport_for"]
+__all__ = ["broker_urls", "connect", "connect_for_publishing", "connection_for", "connection_through",
+           "task_queue", "transport_for"]
 
 
-def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Any:
+def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Transport:
     """The transport plugin object serving ``url`` (chosen by its scheme)."""
-    return plugins.slot("transport", scheme_of(url))(url, settings)
+    transport: Transport = plugins.slot("transport", scheme_of(url))(url, settings)
+    return transport
 
 
 def connection_for(plugins: PluginManager, url: str, settings: Settings, **extra: Any) -> Connection:
     """A (not yet connected) kombu connection to ``url`` through its transport plugin."""
-    transport = transport_for(plugins, url, settings)
+    return connection_through(transport_for(plugins, url, settings), url, settings, **extra)
+
+
+def connection_through(transport: Transport, url: str, settings: Settings, **extra: Any) -> Connection:
+    """A (not yet connected) kombu connection to ``url`` through the transport plugin object
+    ``transport``; ``extra`` overrides its connection options."""
     options = dict(transport.connection_options())
     options.setdefault("connect_timeout", settings.broker_connection_timeout)
     options.update(extra)

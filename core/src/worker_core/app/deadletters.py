@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import kombu
 
-from .delays import strip_delay
+from ..protocol.delays import strip_delay
 
 if TYPE_CHECKING:
     from kombu.connection import Connection

@@ -14,7 +14,7 @@ import attrs
 import kombu
 
 from ..exceptions import ConfigurationError
-from .delays import DELIVERY_EXCHANGE
+from ..protocol.delays import DELIVERY_EXCHANGE
 
 if TYPE_CHECKING:
     from .queues import Queue, Topology
@@ -26,14 +26,7 @@ __all__ = ["ROUTE_KEYS", "Destination", "Router", "check_routes"]
 #: what a route may say (Celery's route dicts): the rest of a publish is the caller's
 ROUTE_KEYS = frozenset({"queue", "exchange", "exchange_type", "routing_key", "priority"})
 
-#: the 28 bits RabbitMQ's native delayed delivery puts before a routing key ("0.1.0. ... .key")
 _DOTTED = re.compile(r"^[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*[.:][A-Za-z_]\w*$")
-_DELAY_PREFIX = re.compile(r"^(?:[01]\.){28}")
-
-
-def strip_delay(routing_key: str) -> str:
-    """A routing key without the delay bits a broker-side delay put before it."""
-    return _DELAY_PREFIX.sub("", routing_key, count=1)
 
 
 @attrs.frozen

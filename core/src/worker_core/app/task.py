@@ -19,12 +19,12 @@ import attrs
 
 from ..exceptions import ConfigurationError, Ignore, MaxRetriesExceededError, Reject, Retry
 from ..protocol import safe_repr
+from ..protocol.delays import strip_delay
 from ..protocol.headers import DEAD_LETTER_HEADERS
 from ..rates import parse_rate
 from ..results.meta import EXCEPTION_STATES, encode_exception
 from . import task_options as check
 from .context import TaskContext, current_context, pushed, workflow_options
-from .delays import strip_delay
 from .handlers import HANDLERS, ExceptionInfo, overridden
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..app.broker import connection_for
+from ..app.broker import connection_for, connection_through, transport_for
 from ..app.settings import Settings
 from ..exceptions import ConnectionLostError
 from ..plugins.manager import PluginManager
@@ -20,6 +20,8 @@ from ..redaction import redact_url
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
+
+    from ..slots import Transport
 
 __all__ = ["Connector", "retry_intervals"]
 
@@ -61,6 +63,8 @@ class Connector:
         self.interval_step = _number(options, "interval_step", 2.0)
         self.interval_max = _number(options, "interval_max", 30.0)
         self.current: str | None = None
+        #: the transport plugin object the last connection was made with
+        self.transport: Transport | None = None
         self.connected_once = False
 
     def connect(self, on_wait: Callable[[], None] | None = None) -> Connection:
@@ -75,7 +79,8 @@ class Connector:
         retries = 0
         tried_in_cycle = 0
         while True:
-            connection = connection_for(self.plugins, url, settings, **self.connection_options)
+            transport = transport_for(self.plugins, url, settings)
+            connection = connection_through(transport, url, settings, **self.connection_options)
             try:
                 connection.connect()
             except (*connection.recoverable_connection_errors, OSError) as exc:
@@ -113,6 +118,7 @@ class Connector:
                     raise ConnectionLostError("stopped while waiting to reconnect to the broker") from exc
                 continue
             self.current = url
+            self.transport = transport
             if self.connected_once:
                 logger.info("Connected to %s", redact_url(url))
             self.connected_once = True

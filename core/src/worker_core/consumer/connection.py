@@ -15,6 +15,7 @@ from .connect import Connector
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
+    from ..slots import Transport
     from .consumer import Consumer
 
 __all__ = ["BrokerConnection"]
@@ -47,6 +48,15 @@ class BrokerConnection:
     def current(self) -> str | None:
         """The URL connected to (or last connected to)."""
         return self.connector.current
+
+    @property
+    def transport(self) -> Transport:
+        """The transport plugin object of the connection (or of the last one): what the worker
+        asks about the broker's capabilities."""
+        transport = self.connector.transport
+        if transport is None:
+            raise RuntimeError("no broker connection was made yet")
+        return transport
 
     def is_connection_error(self, exc: BaseException) -> bool:
         # The connection is already released when a failed start unwinds, so its error classes

@@ -27,6 +27,7 @@ from .tasks import TaskConsumer
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
+    from ..slots import Transport
     from ..worker.worker import Worker
 
 __all__ = ["Consumer"]
@@ -64,6 +65,10 @@ class Consumer:
     @property
     def connection(self) -> Connection | None:
         return self.broker.connection
+
+    @property
+    def transport(self) -> Transport:
+        return self.broker.transport
 
     @property
     def result_reprs(self) -> bool:

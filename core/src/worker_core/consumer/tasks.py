@@ -12,11 +12,10 @@ import kombu
 from kombu.common import QoS
 
 from ..app import deadletters
-from ..app.delays import bind_to_delays, declare_delays
 from ..app.queues import is_quorum
 from ..exceptions import TopologyError
 from ..protocol.headers import DELIVERY_COUNT
-from .declare import declare_queue
+from ..slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker
 from .refusal import describe_message, refuse_undecodable
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ class TaskConsumer:
         self._sent_prefetch: int | None = None
         #: a timer will send the window again (it still moved after a turn's updates)
         self._qos_follow_up = False
+        #: the connection's transport reads deliveries ahead of the loop (``BuffersDeliveries``)
+        self._buffers = False
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -75,6 +76,8 @@ class TaskConsumer:
         first, worker.before_consuming = worker.before_consuming, []
         for callback in first:
             callback()
+        transport = consumer.broker.transport
+        self._buffers = isinstance(transport, BuffersDeliveries) and transport.buffers_deliveries
         queues = self._declared(connection, consumer.app.topology.select(worker.queues))
         settings = consumer.app.settings
         quorum = [queue for queue in queues if is_quorum(queue)]
@@ -117,12 +120,17 @@ class TaskConsumer:
         self._sent_prefetch = None
 
     def _wait_on_broker(self, connection: Any, queues: list[Any]) -> None:
-        """Countdowns wait on the broker, in Celery's layout, not in this worker's memory; a
-        broker that refuses the layout leaves them to the worker, with a line that says why."""
+        """Countdowns wait on the broker, in Celery's layout, not in this worker's memory, when
+        the transport can hold them (``DelaysOnBroker``); a broker that refuses the layout leaves
+        them to the worker, with a line that says why."""
+        transport = self.consumer.broker.transport
+        if not isinstance(transport, DelaysOnBroker):
+            return
         try:
-            declare_delays(connection, self.consumer.app.settings.broker_native_delayed_delivery_queue_type)
+            transport.declare_delays(connection,
+                                     self.consumer.app.settings.broker_native_delayed_delivery_queue_type)
             for queue in queues:
-                bind_to_delays(connection, queue)
+                transport.bind_to_delays(connection, queue)
         except Exception as exc:
             if self.consumer.broker.is_connection_error(exc):
                 raise
@@ -133,12 +141,13 @@ class TaskConsumer:
                            type(exc).__name__, exc)
 
     def _declared(self, connection: Any, queues: list[Any]) -> list[Any]:
-        """The queues as the broker has them: declared each on a channel of its own, so a queue
-        that exists with other arguments is adopted (or refused in one line) without closing the
-        channel that consumes. Other transports take queues as given."""
-        if getattr(connection.transport, "driver_type", None) != "amqp":
+        """The queues as the broker has them, when its transport adopts queues that exist with
+        other arguments (``AdoptsQueues``: each declared on a channel of its own, adopted or
+        refused in one line without closing the channel that consumes); others as given."""
+        transport = self.consumer.broker.transport
+        if not isinstance(transport, AdoptsQueues):
             return queues
-        return [declare_queue(connection, queue).queue for queue in queues]
+        return [transport.declare_queue(connection, queue) for queue in queues]
 
     def add_queue(self, queue: Any) -> None:
         """Start consuming ``queue`` (a kombu queue) too (remote ``add_consumer``).
@@ -157,8 +166,9 @@ class TaskConsumer:
                 f"queue {queue.name!r} is a quorum queue, which RabbitMQ does not let a channel with a "
                 f"global prefetch window consume (this worker's queues are classic): restart the worker "
                 f"with it in -Q")
-        if self.per_consumer:
-            bind_to_delays(connection, declared)
+        transport = self.consumer.broker.transport
+        if self.per_consumer and isinstance(transport, DelaysOnBroker):
+            transport.bind_to_delays(connection, declared)
         self.kombu.add_queue(declared)
         self.kombu.consume()
 
@@ -213,10 +223,10 @@ class TaskConsumer:
         self.update_qos()
 
     def _handle_arrived(self) -> None:
-        """Handle the messages that have arrived on an AMQP connection, without waiting (other
-        transports: nothing to do, their window is the client's)."""
+        """Handle the messages the transport read ahead of the loop, without waiting
+        (``BuffersDeliveries``; other transports: nothing to do)."""
         connection = self.consumer.broker.connection
-        if connection is None or getattr(connection.transport, "driver_type", None) != "amqp":
+        if connection is None or not self._buffers:
             return
         for _ in range(_ARRIVED_PER_ROUND):
             try:

@@ -1,5 +1,5 @@
 """Publishing events as Celery does: a JSON object per event on the ``celeryev`` exchange
-(topic; fanout on Redis, where kombu's topic exchanges do not reach other processes), routing
+(topic; fanout where the transport says so, as on Redis: see ``slots.FansOutEvents``), routing
 key the type with ``-`` turned into ``.``, not persistent, with the sender's hostname in the
 headers and in the body next to its pid, a logical clock, the time and the UTC offset."""
 
@@ -30,7 +30,7 @@ class EventDispatcher:
     """Sends events on a channel of its own on the consumer's connection (loop thread only)."""
 
     def __init__(self, connection: Any, hostname: str, *, task_events: bool,
-                 clock: LogicalClock | None = None) -> None:
+                 clock: LogicalClock | None = None, fanout: bool = False) -> None:
         self.hostname = hostname
         self.pid = os.getpid()
         #: whether task events are sent (``-E``; ``enable_events``/``disable_events``)
@@ -39,7 +39,7 @@ class EventDispatcher:
         self.clock = clock if clock is not None else LogicalClock()
         self.sent = 0
         self._headers = {"hostname": hostname}
-        kind = "fanout" if connection.transport.driver_type == "redis" else "topic"
+        kind = "fanout" if fanout else "topic"
         self.exchange = kombu.Exchange(EXCHANGE, type=kind)  # type: ignore[attr-defined,no-untyped-call]
         self.channel = connection.channel()
         self.producer = kombu.Producer(  # type: ignore[attr-defined,no-untyped-call]

@@ -23,6 +23,7 @@ from ..bootsteps import Condition, Step
 from ..hookspecs import hookimpl
 from ..options import OptionSpec
 from ..protocol import safe_repr, to_iso
+from ..slots import FansOutEvents
 from ..stash import StashKey
 from .dispatcher import EventDispatcher
 
@@ -98,9 +99,10 @@ class EventsStep(Step["Consumer"]):
         connection = consumer.broker.connection
         assert connection is not None
         worker = consumer.worker
-        events = worker.stash[DISPATCHER] = EventDispatcher(connection, consumer.hostname,
-                                                            task_events=task_events_enabled(consumer),
-                                                            clock=worker.clock)
+        transport = consumer.broker.transport
+        events = worker.stash[DISPATCHER] = EventDispatcher(
+            connection, consumer.hostname, task_events=task_events_enabled(consumer), clock=worker.clock,
+            fanout=isinstance(transport, FansOutEvents) and transport.fans_out_events)
         if events.task_events:
             enable_task_events(worker)
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import errno
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ..slots import EventLoop, LoopContext
+from ..slots import BuffersDeliveries, EventLoop, LoopContext
 
 __all__ = ["AsyncLoop"]
 
 
 def _quick_drain(connection: Any, timeout: float = 0.1) -> None:
-    """Read whatever the broker sent right after consuming started (AMQP)."""
+    """Read whatever the broker sent right after consuming started, which the transport may hold
+    in its own buffer (``BuffersDeliveries``)."""
     try:
         connection.drain_events(timeout=timeout)
     except Exception as exc:
@@ -51,7 +52,8 @@ class AsyncLoop:
                     heartbeat_error[0] = exc
 
             checks = hub.call_repeatedly(heartbeat / rate, tick)
-        if connection.transport.driver_type == "amqp":
+        transport = context.transport
+        if isinstance(transport, BuffersDeliveries) and transport.buffers_deliveries:
             hub.call_soon(_quick_drain, connection)
         context.on_ready()
         loop = hub.create_loop()

@@ -4,11 +4,14 @@ Internal to worker-core (see :mod:`worker_core` for the public API).
 """
 
 from .decode import JSON, TaskEnvelope, decode_task
+from .delays import DELAY_LEVELS, DELIVERY_EXCHANGE, strip_delay
 from .headers import LOST_HEADER, custom_headers
 from .message import OutgoingMessage, origin_name, safe_repr, safe_repr_as_built, shown, task_message
 from .times import parse_iso, to_iso, utcnow
 
 __all__ = [
+    "DELAY_LEVELS",
+    "DELIVERY_EXCHANGE",
     "JSON",
     "LOST_HEADER",
     "OutgoingMessage",
@@ -20,6 +23,7 @@ __all__ = [
     "safe_repr",
     "safe_repr_as_built",
     "shown",
+    "strip_delay",
     "task_message",
     "to_iso",
     "utcnow",

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core.app.settings import Settings
-    from worker_core.slots import Transport
+    from worker_core.slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker, Transport
 
 __all__ = ["AmqpTransport"]
 
@@ -34,6 +34,9 @@ class AmqpTransport:
     #: Delivery tags belong to the channel: after a reconnect RabbitMQ delivers again what was
     #: not acknowledged, so tasks received but not started are dropped rather than run twice.
     acks_survive_reconnect: ClassVar[bool] = False
+    #: py-amqp reads every frame up to the reply it waits for (to a window change, say): the
+    #: deliveries among them wait in its buffer, unseen by the loop's poller.
+    buffers_deliveries: ClassVar[bool] = True
 
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
@@ -68,6 +71,35 @@ class AmqpTransport:
             options["ssl"] = dict(self.tls.arguments)  # a copy each time: kombu writes into it
         return options
 
+    def declare_queue(self, connection: Connection, queue: Any) -> Any:
+        """Declare ``queue`` on a channel of its own, adopting the arguments of a queue that
+        exists with others where that is safe (see :mod:`.declare`)."""
+        from .declare import declare_queue
+
+        return declare_queue(connection, queue).queue
+
+    def declaration_differs(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is RabbitMQ's ``PRECONDITION_FAILED`` for an inequivalent argument."""
+        from .inequivalent import mismatch_of
+
+        return mismatch_of(exc) is not None
+
+    def declare_delays(self, connection: Connection, queue_type: str) -> None:
+        """The levels of Celery's native delayed delivery (see :mod:`.delays`)."""
+        from .delays import declare_delays
+
+        declare_delays(connection, queue_type)
+
+    def bind_to_delays(self, connection: Connection, queue: Any) -> None:
+        from .delays import bind_to_delays
+
+        bind_to_delays(connection, queue)
+
+    def delayed_route(self, seconds: float, routing_key: str) -> tuple[str, str]:
+        from .delays import ENTRY_EXCHANGE, delayed_routing_key
+
+        return ENTRY_EXCHANGE, delayed_routing_key(seconds, routing_key)
+
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """Messages ready in ``queue`` (a passive declare); 0 when the queue does not exist."""
         # A failed passive declare closes its channel: never risk the consumer's own channel.
@@ -88,3 +120,6 @@ class AmqpTransport:
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _TRANSPORT: type[Transport] = AmqpTransport
+    _BUFFERS: type[BuffersDeliveries] = AmqpTransport
+    _ADOPTS: type[AdoptsQueues] = AmqpTransport
+    _DELAYS: type[DelaysOnBroker] = AmqpTransport

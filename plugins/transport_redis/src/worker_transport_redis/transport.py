@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core.app.settings import Settings
-    from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, Transport
+    from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, FansOutEvents, Transport
 
 __all__ = ["RedisTransport"]
 
@@ -33,6 +33,9 @@ class RedisTransport:
     #: While the worker holds a message, its entry in kombu's ``unacked_index`` is renewed every
     #: quarter of ``visibility_timeout`` (see :mod:`.leases`): no restore takes it.
     renews_leases: ClassVar[bool] = True
+    #: kombu's topic exchanges on Redis reach only the process that declared them: Celery's
+    #: monitors bind to a fanout ``celeryev``.
+    fans_out_events: ClassVar[bool] = True
 
     @classmethod
     def lease_timeout(cls, settings: Settings) -> float:
@@ -115,3 +118,4 @@ if TYPE_CHECKING:
     _TRANSPORT: type[Transport] = RedisTransport
     _ACKS: type[AcksSurviveReconnect] = RedisTransport
     _COUNTS: type[CountsDeliveries] = RedisTransport
+    _FANOUT: type[FansOutEvents] = RedisTransport

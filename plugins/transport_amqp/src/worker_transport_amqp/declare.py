@@ -11,14 +11,16 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..app.inequivalent import FLAGS, Mismatch, mismatch_of
-from ..app.inequivalent import MISSING as _MISSING
-from ..exceptions import TopologyError
+from worker_core.exceptions import TopologyError
+
+from .inequivalent import FLAGS, Mismatch, mismatch_of
+from .inequivalent import MISSING as _MISSING
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
-    from ..app.queues import Queue
+#: kombu's queue, untyped there
+Queue = Any
 
 __all__ = ["Declared", "declare_queue"]
 

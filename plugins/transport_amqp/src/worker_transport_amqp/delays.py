@@ -1,5 +1,5 @@
-"""Broker-side delays on RabbitMQ, in the layout of Celery's native delayed delivery, so Celery's
-clients and workers and this worker's share them.
+"""Countdowns held by RabbitMQ, in the layout of Celery's native delayed delivery, so Celery's
+clients and workers and this worker's share them (the transport's ``DelaysOnBroker``).
 
 A delayed message is published to the topic exchange ``celery_delayed_27`` with its delay in
 seconds written as 28 bits before its routing key (``1.0.0. ... .1.feed.new``). Level ``L`` has an
@@ -14,46 +14,30 @@ matches no direct binding): their countdowns wait in the worker, as with Celery.
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING, Any
 
 import kombu
 
+from worker_core.protocol import DELAY_LEVELS as LEVELS
+from worker_core.protocol import DELIVERY_EXCHANGE, strip_delay
+
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
-    from .queues import Queue
+#: kombu's queue, untyped there
+Queue = Any
 
 _kombu: Any = kombu
 
-__all__ = [
-    "DELIVERY_EXCHANGE",
-    "ENTRY_EXCHANGE",
-    "LEVELS",
-    "bind_to_delays",
-    "declare_delays",
-    "delayed_routing_key",
-    "level_name",
-    "strip_delay",
-]
+__all__ = ["ENTRY_EXCHANGE", "MAX_DELAY", "bind_to_delays", "declare_delays", "delayed_routing_key",
+           "level_name"]
 
 logger = logging.getLogger("worker.consumer")
 
-LEVELS = 28
-#: where delayed messages come out, and where they go in
-DELIVERY_EXCHANGE = "celery_delayed_delivery"
+#: where delayed messages go in (they come out of ``DELIVERY_EXCHANGE``)
 ENTRY_EXCHANGE = f"celery_delayed_{LEVELS - 1}"
 #: the longest delay the levels hold; a longer one waits the rest in the worker (its ETA)
 MAX_DELAY = 2**LEVELS - 1
-
-
-#: the bits a delay puts before a routing key ("0.1.0. ... .key")
-_DELAY_PREFIX = re.compile(rf"^(?:[01]\.){{{LEVELS}}}")
-
-
-def strip_delay(routing_key: str) -> str:
-    """A routing key without the delay bits a broker-side delay put before it."""
-    return _DELAY_PREFIX.sub("", routing_key, count=1)
 
 
 def level_name(level: int) -> str:
