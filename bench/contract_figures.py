@@ -10,7 +10,8 @@
 - modules storing an outcome: core modules (but the backends and the contract suites) that call
   a backend's ``store_result``;
 - non-public imports by plugins: statements in ``plugins/*/src`` importing a core module or name
-  outside the public list (``worker_core.__init__``'s docstring, pinned by tests/test_public_api.py);
+  outside the public list (the modules ``worker_core``'s docstring lists, their names pinned by
+  tests/test_public_api.py);
 - broker-name comparisons: ``driver_type`` compared to a string in the core.
 """
 
@@ -25,10 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 CORE = REPO / "core" / "src"
 
-#: the public modules (their ``__all__`` is the public list); any module under ``worker_core.testing``
-PUBLIC_MODULES = ("worker_core", "worker_core.hookspecs", "worker_core.slots", "worker_core.canvas",
-                  "worker_core.exceptions", "worker_core.stash", "worker_core.fastpaths")
-PUBLIC_PACKAGES = ("worker_core.testing",)
+#: where the public list is pinned: ``PUBLIC`` (what ``worker_core`` exports) and ``MODULES``
+PUBLIC_API_TEST = REPO / "tests" / "test_public_api.py"
 #: modules that implement a backend or check one: they do not store a worker's outcome
 BACKEND_MODULES = ("worker_core.results.disabled", "worker_core.results.embedded",
                    "worker_core.results.rpc.backend")
@@ -145,7 +144,7 @@ def calls(path: Path, attribute: str) -> list[int]:
 def outcome_storers() -> dict[str, list[int]]:
     found = {}
     for name, path in core_modules().items():
-        if name in BACKEND_MODULES or name.startswith(PUBLIC_PACKAGES):
+        if name in BACKEND_MODULES or name.startswith("worker_core.testing"):
             continue
         lines = calls(path, "store_result")
         if lines:
@@ -153,20 +152,22 @@ def outcome_storers() -> dict[str, list[int]]:
     return found
 
 
+def public_list() -> dict[str, set[str]]:
+    """Each public core module and its names, as tests/test_public_api.py pins them."""
+    pinned: dict[str, object] = {}
+    for node in ast.parse(PUBLIC_API_TEST.read_text()).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else None
+        if isinstance(target, ast.Name) and target.id in ("PUBLIC", "MODULES"):
+            pinned[target.id] = ast.literal_eval(node.value)  # type: ignore[attr-defined]
+    modules: dict[str, list[str]] = pinned["MODULES"]  # type: ignore[assignment]
+    found = {module: set(names) for module, names in modules.items() if is_core(module)}
+    found["worker_core"] = set(pinned["PUBLIC"])  # type: ignore[call-overload]
+    return found
+
+
 def public_names(module: str) -> set[str] | None:
-    """The ``__all__`` of a public core module, None for a module outside the public list."""
-    if module.startswith(PUBLIC_PACKAGES):
-        return {"*"}
-    if module not in PUBLIC_MODULES:
-        return None
-    path = core_modules()[module]
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(target, ast.Name) and target.id == "__all__" for target in targets):
-                assert node.value is not None
-                return set(ast.literal_eval(node.value))
-    return set()
+    """The public names of a core module, None for a module outside the public list."""
+    return public_list().get(module)
 
 
 def is_core(module: str) -> bool:
@@ -193,7 +194,7 @@ def non_public_imports() -> list[str]:
                     if submodule in known:
                         if public_names(submodule) is None:
                             wrong.append(submodule)
-                    elif allowed is None or ("*" not in allowed and alias.name not in allowed):
+                    elif allowed is None or alias.name not in allowed:
                         wrong.append(f"{node.module}.{alias.name}")
             if wrong:
                 found.append(f"{path.relative_to(REPO)}:{node.lineno}: {', '.join(wrong)}")  # type: ignore[attr-defined]

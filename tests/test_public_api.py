@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from conftest import REPO
 
 import worker_core
 
@@ -90,7 +93,8 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
     assert out.stdout.strip() == "False"
 
 
-#: what each public module of the core and each plugin package exports
+#: what each public module of the core and each plugin package exports: for the core, the
+#: plugin author's whole API (``worker_core``'s docstring lists these modules)
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
     "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
@@ -98,6 +102,53 @@ MODULES = {
                            "signature", "xmap", "xstarmap"],
     "worker_core.fastpaths": ["Check", "Decision", "FastPath", "FastPaths", "Library", "STOCK_VARIABLE",
                               "attribute", "decide", "reads", "report", "signature"],
+    "worker_core.exceptions": [
+        "BackendDisabled", "BrokerStorageError", "CanvasError", "ChordError", "ConfigurationError",
+        "ConnectionLostError", "ContentDisallowed", "DecodeError", "Ignore", "JobWithdrawn",
+        "MaxRetriesExceededError", "NotImplementedYet", "NotRegistered", "PluginBlockedError",
+        "PluginConflictError", "PluginError", "PluginLoadError", "PluginNotFoundError", "PoolError",
+        "ProtocolError", "Reject", "ResultDecodeError", "ResultError", "ResultTimeout", "Retry",
+        "SecurityError", "SoftTimeLimitExceeded", "StepConflictError", "StepCycleError", "StepError",
+        "StepMissingError", "TaskError", "TaskRevokedError", "TimeLimitExceeded", "TopologyError",
+        "TransportError", "WorkerError", "WorkerLostError", "WorkerTerminate"],
+    "worker_core.hookspecs": ["CONTRIBUTION_HOOKS", "OBSERVER_HOOKS", "PROJECT", "hookimpl", "hookspec"],
+    "worker_core.slots": [
+        "AcceptCallback", "AcksSurviveReconnect", "AdoptsQueues", "AppLoader", "Autoscaler",
+        "AutoscalerFactory", "BackendCountsDeliveries", "BuffersDeliveries", "CAPABILITIES", "ChordCount",
+        "CountsDeliveries", "DelaysOnBroker", "DiscardsResults", "EventLoop", "FailoverStrategy",
+        "FansOutEvents", "FixedConcurrency", "ForeignApp", "JoinsChords", "LeasesMessages", "LoopContext",
+        "OffersResultBackend", "ParksMessages", "Pool", "PoolFactory", "PoolOptions", "REQUIRED",
+        "RepliesToSender", "ResultBackend", "SavesGroups", "SharesOneQueue", "SuccessIsFinal", "Transport",
+        "WithdrawsOneJob", "WithdrawsQueuedJobs"],
+    "worker_core.options": ["Autoscale", "LOGLEVELS", "OptionSpec", "SCHEDULING", "WorkerOptions",
+                            "did_you_mean", "parse_autoscale", "parse_brokers", "parse_hostname",
+                            "parse_queues"],
+    "worker_core.redaction": ["MASK", "SecretFilter", "install_secret_filter", "is_secret_name",
+                              "redact_text", "redact_url", "redact_value", "secrets_of"],
+    "worker_core.protocol": ["DELAY_LEVELS", "DELIVERY_EXCHANGE", "JSON", "LOST_HEADER", "OutgoingMessage",
+                             "TaskEnvelope", "custom_headers", "decode_task", "origin_name", "parse_iso",
+                             "safe_repr", "safe_repr_as_built", "shown", "strip_delay", "task_message",
+                             "to_iso", "utcnow"],
+    "worker_core.protocol.fastjson": ["dumps", "loads"],
+    "worker_core.protocol.packing": ["PackError", "pack", "unpack"],
+    "worker_core.results": ["EXCEPTION_STATES", "FAILURE", "IGNORED", "PENDING", "PROPAGATE_STATES",
+                            "READY_STATES", "RECEIVED", "REJECTED", "RETRY", "REVOKED", "ResultCodec",
+                            "STARTED", "SUCCESS", "UNREADY_STATES", "decode_exception", "decode_result",
+                            "encode_exception", "make_meta", "pending_meta"],
+    "worker_core.transports.message": ["Message", "Unreadable", "envelope_problem", "fresh_tag",
+                                       "tag_problem"],
+    "worker_core.autoscale": ["DemandAutoscaler"],
+    "worker_core.testing": ["JobProbe", "PoolRunner", "jobs", "pool_contract", "result_backend_contract",
+                            "transport_contract"],
+    "worker_core.testing.pool_contract": ["CHECKS", "Check", "OPTIONS", "check_name", "run_all"],
+    "worker_core.testing.transport_contract": ["CHECKS", "Check", "check_name", "run_all"],
+    "worker_core.testing.result_backend_contract": ["CHECKS", "Check", "applies", "check_name",
+                                                    "full_request", "run_all"],
+    "worker_core.testing.proxy": ["TcpProxy", "proxied"],
+    "worker_core.testing.runner": ["JobProbe", "PoolRunner"],
+    "worker_core.testing.jobs": ["add", "allocate", "append_line", "busy_sleep", "catch_soft_limit", "echo",
+                                 "fail", "initializations", "mark_initialized", "noop", "sleep", "touch",
+                                 "wait_for_path", "whoami", "whoami_after"],
     "worker_pool_prefork": ["PreforkPool"],
     "worker_pool_threads": ["ThreadPool"],
     "worker_transport_amqp": ["AmqpTransport"],
@@ -115,6 +166,86 @@ def test_each_plugin_package_and_public_module_exports_its_pinned_names(module: 
     assert sorted(imported.__all__) == MODULES[module]
     for name in imported.__all__:
         assert getattr(imported, name) is not None
+
+
+# -- the built-in plugins are third-party plugins that happen to live here ---------------------
+
+#: the core's public API: each public module and the names it exports
+CORE_API = {"worker_core": PUBLIC, **{module: names for module, names in MODULES.items()
+                                      if module.partition(".")[0] == "worker_core"}}
+
+#: every built-in plugin package, and the core's own transport, written as a plugin would be
+BUILT_INS = sorted(
+    [(path.name, path) for path in REPO.glob("plugins/*/src/*") if (path / "__init__.py").exists()]
+    + [("worker_core.transports.embedded", REPO / "core/src/worker_core/transports/embedded")]
+)
+
+
+def _module_of(path: Path, root: Path, package: str) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join([package, *parts])
+
+
+def core_imports(root: Path, package: str) -> list[tuple[str, str, str | None]]:
+    """Every core module and name the modules of ``package`` (the folder ``root``) import, as
+    ``(where, module, name)`` (``name`` None for ``import module``), imports inside ``package``
+    left out."""
+    found: list[tuple[str, str, str | None]] = []
+    for path in sorted(root.rglob("*.py")):
+        here = _module_of(path, root, package).split(".")
+        if path.name != "__init__.py":
+            here.pop()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            where = f"{path.relative_to(root.parent)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Import):
+                found += [(where, alias.name, None) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join([*base, node.module] if node.module else base)
+                found += [(where, module, alias.name) for alias in node.names]
+    inside = (package, f"{package}.")
+    return [(where, module, name) for where, module, name in found
+            if module.partition(".")[0] == "worker_core" and not module.startswith(inside)
+            and not (module == package.rpartition(".")[0] and f"{module}.{name}".startswith(inside))]
+
+
+def outside_the_public_api(module: str, name: str | None) -> bool:
+    if name is not None and f"{module}.{name}" in CORE_API:
+        return False  # a public module, imported from its package
+    if module not in CORE_API:
+        return True
+    return name is not None and name not in CORE_API[module]
+
+
+@pytest.mark.parametrize(("package", "root"), BUILT_INS, ids=[package for package, _ in BUILT_INS])
+def test_every_built_in_plugin_imports_only_the_public_core_api(package: str, root: Path) -> None:
+    imports = core_imports(root, package)
+    assert imports, f"{package} imports nothing of the core: the check reads the wrong files"
+    wrong = [f"{where}: {module}{'.' + name if name else ''}" for where, module, name in imports
+             if outside_the_public_api(module, name)]
+    assert not wrong, (
+        f"{package} imports core names outside the public API (make them public on purpose, in a "
+        f"module worker_core's docstring lists and MODULES pins, or stop using them):\n" + "\n".join(wrong))
+
+
+def test_the_import_check_refuses_a_private_module_a_private_name_and_a_deep_import(tmp_path: Path) -> None:
+    plugin = tmp_path / "plugin"
+    plugin.mkdir()
+    (plugin / "__init__.py").write_text(
+        "from worker_core import App, exceptions\n"
+        "from worker_core.results import SUCCESS\n"
+        "from worker_core.results.meta import make_meta\n"
+        "from worker_core.redaction import _SECRET\n"
+        "from worker_core.transports import message, embedded\n"
+        "import worker_core.app.base\n"
+        "from . import helpers\n"
+    )
+    imports = core_imports(plugin, "plugin")
+    assert [(module, name) for _, module, name in imports if outside_the_public_api(module, name)] == [
+        ("worker_core.results.meta", "make_meta"), ("worker_core.redaction", "_SECRET"),
+        ("worker_core.transports", "embedded"), ("worker_core.app.base", None)]
 
 
 def test_the_hook_specs_are_pinned() -> None:

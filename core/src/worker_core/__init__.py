@@ -1,13 +1,27 @@
 """worker: a task-queue worker whose every moving part is a plugin.
 
-The public API is what this package exports (:data:`__all__`) and the modules a plugin author
-works with: :mod:`worker_core.hookspecs` (every hook), :mod:`worker_core.slots` (every slot's
-interface and the optional capabilities), :mod:`worker_core.canvas` (signatures and workflows,
-for clients and workers), :mod:`worker_core.exceptions`, :mod:`worker_core.stash`,
-:mod:`worker_core.testing` (the contract suites) and :mod:`worker_core.fastpaths` (checks that turn
-a transport's fast path on library internals off when the library changed). Every other module
-is an implementation detail and may change without notice; their names are pinned by the test
-suite all the same.
+The public API is what this package exports (:data:`__all__`) and the names in the ``__all__`` of
+the modules a plugin author works with (the built-in plugins use nothing else, and a test checks
+their imports):
+
+- every plugin: :mod:`worker_core.hookspecs` (every hook), :mod:`worker_core.slots` (every slot's
+  interface and the optional capabilities), :mod:`worker_core.exceptions`,
+  :mod:`worker_core.stash`, :mod:`worker_core.options` (the worker's options, a plugin's own
+  options, ``did_you_mean`` for error messages), :mod:`worker_core.redaction` (hiding secrets in
+  what a plugin logs or shows) and :mod:`worker_core.testing` with its modules (the contract
+  suites, a TCP proxy for fault tests);
+- a transport: :mod:`worker_core.protocol` (Celery's message protocol v2, and what a broker-side
+  delay leaves on a routing key), :mod:`worker_core.protocol.fastjson` (kombu's JSON, faster),
+  :mod:`worker_core.protocol.packing` (the compact form of a parked message),
+  :mod:`worker_core.transports.message` (messages of kombu's virtual transports that never fail
+  to be built) and :mod:`worker_core.fastpaths` (checks that turn a fast path on library internals
+  off when the library changed);
+- a result backend: :mod:`worker_core.results` (task states, Celery's stored format, the result
+  serializers);
+- an autoscaler: :mod:`worker_core.autoscale` (the default autoscaler, to build on);
+- clients and workers: :mod:`worker_core.canvas` (signatures and workflows).
+
+Every other module is an implementation detail and may change without notice.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,4 +1,7 @@
-"""The worker's options: one frozen object, parsed and validated once before anything starts."""
+"""The worker's options: one frozen object, parsed and validated once before anything starts.
+
+Public (see :mod:`worker_core`): :class:`WorkerOptions`, :class:`OptionSpec` for a plugin's own
+options, and :func:`did_you_mean` for the "Did you mean ...?" of an error message."""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ broker or backend URL, a transport option or a setting goes through :func:`redac
 :func:`redact_value`; :class:`SecretFilter` is the last guard, on the log handlers: it replaces
 the secrets the worker knows of (:func:`secrets_of`) in every formatted line, including those
 written by kombu, py-amqp and redis-py.
+
+Public (see :mod:`worker_core`): a plugin shows URLs and options through these too.
 """
 
 from __future__ import annotations

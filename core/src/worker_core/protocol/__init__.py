@@ -1,6 +1,8 @@
-"""Celery's message protocol v2: building, decoding and the dates it carries.
+"""Celery's message protocol v2: building, decoding and the dates it carries, and what a
+broker-side delay leaves on a routing key.
 
-Internal to worker-core (see :mod:`worker_core` for the public API).
+Public (see :mod:`worker_core`), with :mod:`.fastjson` and :mod:`.packing`; its other modules are
+internal.
 """
 
 from .decode import JSON, TaskEnvelope, decode_task

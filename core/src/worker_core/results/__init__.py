@@ -1,4 +1,63 @@
 """Result backends: the stored format, and the embedded and disabled backends.
 
-Internal to worker-core (see :mod:`worker_core` for the public API).
+Public (see :mod:`worker_core`): the task states, Celery's stored format (:func:`make_meta`,
+:func:`pending_meta`, the exception encoding) and :class:`ResultCodec` (the result serializers),
+for a result backend of one's own; the backends themselves are internal.
 """
+
+from typing import TYPE_CHECKING, Any
+
+from .meta import (
+    EXCEPTION_STATES,
+    FAILURE,
+    IGNORED,
+    PENDING,
+    PROPAGATE_STATES,
+    READY_STATES,
+    RECEIVED,
+    REJECTED,
+    RETRY,
+    REVOKED,
+    STARTED,
+    SUCCESS,
+    UNREADY_STATES,
+    decode_exception,
+    decode_result,
+    encode_exception,
+    make_meta,
+    pending_meta,
+)
+
+if TYPE_CHECKING:
+    from .codec import ResultCodec
+
+__all__ = [
+    "EXCEPTION_STATES",
+    "FAILURE",
+    "IGNORED",
+    "PENDING",
+    "PROPAGATE_STATES",
+    "READY_STATES",
+    "RECEIVED",
+    "REJECTED",
+    "RETRY",
+    "REVOKED",
+    "STARTED",
+    "SUCCESS",
+    "UNREADY_STATES",
+    "ResultCodec",
+    "decode_exception",
+    "decode_result",
+    "encode_exception",
+    "make_meta",
+    "pending_meta",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # the codec imports kombu's serializers: only for who asks for it
+    if name == "ResultCodec":
+        from .codec import ResultCodec
+
+        return ResultCodec
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

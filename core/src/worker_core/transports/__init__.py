@@ -1,4 +1,5 @@
 """Transports that come with worker-core: embedded (no server needed).
 
-Internal to worker-core (see :mod:`worker_core` for the public API).
+:mod:`.message` is public, for any transport built on kombu's virtual transports (see
+:mod:`worker_core`); the embedded transport is internal, and uses only the public API.
 """

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from worker_core.autoscale.default import DemandAutoscaler
+from worker_core.autoscale import DemandAutoscaler
 from worker_core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:

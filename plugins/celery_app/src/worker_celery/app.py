@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from worker_core.app.base import App
+from worker_core import App
 
 from .request import CeleryRequest
 from .settings import translate, unsupported

@@ -9,12 +9,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from worker_core.exceptions import ConfigurationError, ResultError, ResultTimeout
-from worker_core.results.meta import encode_exception
+from worker_core.results import encode_exception
 
 if TYPE_CHECKING:
     from celery import Celery
 
-    from worker_core.app.settings import Settings
+    from worker_core import Settings
 
 __all__ = ["CeleryResultBackend"]
 

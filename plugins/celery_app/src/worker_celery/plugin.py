@@ -32,8 +32,7 @@ from worker_core.stash import StashKey
 if TYPE_CHECKING:
     from celery import Celery
 
-    from worker_core.request import Request
-    from worker_core.worker.worker import Worker
+    from worker_core import Request, Worker
 
 __all__ = ["MAIN_PROCESS_TASK_SIGNALS", "SENDER", "CeleryWorker", "MainProcessTaskSignals"]
 

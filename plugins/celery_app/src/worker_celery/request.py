@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, cast
 
-from worker_core.request import Request
+from worker_core import Request
 
 from .execution import execute
 from .tasks import CeleryTaskView

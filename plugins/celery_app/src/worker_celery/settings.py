@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from worker_core.app.settings import Settings
+from worker_core import Settings
 from worker_core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:

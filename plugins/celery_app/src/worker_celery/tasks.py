@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from worker_core.app.task import Task
+from worker_core import Task
 from worker_core.exceptions import ConfigurationError
 
 if TYPE_CHECKING:
     from celery.app.task import Task as CeleryTask
 
-    from worker_core.app.base import App
+    from worker_core import App
 
 __all__ = ["CeleryTaskView", "register_views"]
 

@@ -16,7 +16,7 @@ from prometheus_client.registry import Collector
 from worker_core import hookimpl
 
 if TYPE_CHECKING:
-    from worker_core.request import Request
+    from worker_core import Request
 
 __all__ = ["TaskMetrics", "WorkerGauges"]
 

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from worker_core.exceptions import ResultDecodeError, ResultError, ResultTimeout
 from worker_core.redaction import redact_url
-from worker_core.results.codec import ResultCodec
-from worker_core.results.meta import READY_STATES, SUCCESS, make_meta, pending_meta
+from worker_core.results import READY_STATES, SUCCESS, ResultCodec, make_meta, pending_meta
 
 from .backend_options import check_backend
 from .chords import COUNT_PART, FINISH, RedisChords
 
 if TYPE_CHECKING:
-    from worker_core.app.settings import Settings
+    from worker_core import Settings
     from worker_core.slots import (
         BackendCountsDeliveries,
         JoinsChords,

@@ -19,7 +19,7 @@ from worker_core.exceptions import ResultError
 from worker_core.slots import ChordCount
 
 if TYPE_CHECKING:
-    from worker_core.results.codec import ResultCodec
+    from worker_core.results import ResultCodec
 
     from .backend import _Connected
 

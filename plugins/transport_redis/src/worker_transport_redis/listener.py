@@ -25,7 +25,7 @@ from typing import Any
 from kombu.utils import encoding as _encoding
 
 from worker_core.exceptions import ResultTimeout
-from worker_core.results.meta import READY_STATES
+from worker_core.results import READY_STATES
 
 from . import internals
 

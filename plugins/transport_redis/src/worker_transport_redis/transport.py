@@ -11,7 +11,7 @@ from .tls import TLS, broker_tls
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
-    from worker_core.app.settings import Settings
+    from worker_core import Settings
     from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, FansOutEvents, Transport
 
 __all__ = ["RedisTransport"]

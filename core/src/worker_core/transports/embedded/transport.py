@@ -13,7 +13,7 @@ from .database import resolve_path
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
-    from ...app.settings import Settings
+    from ... import Settings
     from ...slots import CountsDeliveries, OffersResultBackend, Transport
 
 __all__ = ["OPTIONS", "EmbeddedTransport"]
