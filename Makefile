@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
-                 -e ./plugins/celery_app -e ./plugins/metrics_prometheus
+                 -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop]
 
 .PHONY: venv demo test test-fast test-stock bench lint
 
@@ -85,4 +85,4 @@ lint: venv
 	$(BIN)/ruff check core plugins tests bench examples
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
 	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
-	    plugins/celery_app/src plugins/metrics_prometheus/src
+	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src

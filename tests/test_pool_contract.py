@@ -7,10 +7,11 @@ import pytest
 from worker_core.pools.solo import SoloPool
 from worker_core.slots import PoolFactory
 from worker_core.testing import pool_contract
+from worker_pool_asyncio import AsyncioPool
 from worker_pool_prefork import PreforkPool
 from worker_pool_threads import ThreadPool
 
-POOLS = {"solo": SoloPool, "threads": ThreadPool, "prefork": PreforkPool}
+POOLS = {"solo": SoloPool, "threads": ThreadPool, "prefork": PreforkPool, "asyncio": AsyncioPool}
 
 
 @pytest.mark.parametrize("check", pool_contract.CHECKS, ids=pool_contract.check_name)

@@ -97,6 +97,7 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
 #: plugin author's whole API (``worker_core``'s docstring lists these modules)
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
+    "worker_core.aio": ["Interruptible", "async_form", "register_async_form", "run_coroutine", "thread_loop"],
     "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
                            "group", "maybe_signature", "send_callbacks", "send_errbacks", "send_next_step",
                            "signature", "xmap", "xstarmap"],
@@ -118,8 +119,8 @@ MODULES = {
         "CountsDeliveries", "DelaysOnBroker", "DiscardsResults", "EventLoop", "FailoverStrategy",
         "FansOutEvents", "FixedConcurrency", "ForeignApp", "JoinsChords", "LeasesMessages", "LoopContext",
         "OffersResultBackend", "ParksMessages", "Pool", "PoolFactory", "PoolOptions", "REQUIRED",
-        "RepliesToSender", "ResultBackend", "SavesGroups", "SharesOneQueue", "SuccessIsFinal", "Transport",
-        "WithdrawsOneJob", "WithdrawsQueuedJobs"],
+        "RepliesToSender", "ResultBackend", "SavesGroups", "SharesOneQueue", "StopsOneJob", "SuccessIsFinal",
+        "Transport", "WithdrawsOneJob", "WithdrawsQueuedJobs"],
     "worker_core.options": ["Autoscale", "LOGLEVELS", "OptionSpec", "SCHEDULING", "WorkerOptions",
                             "did_you_mean", "parse_autoscale", "parse_brokers", "parse_hostname",
                             "parse_queues"],
@@ -149,6 +150,7 @@ MODULES = {
     "worker_core.testing.jobs": ["add", "allocate", "append_line", "busy_sleep", "catch_soft_limit", "echo",
                                  "fail", "initializations", "mark_initialized", "noop", "sleep", "touch",
                                  "wait_for_path", "whoami", "whoami_after"],
+    "worker_pool_asyncio": ["AsyncioPool"],
     "worker_pool_prefork": ["PreforkPool"],
     "worker_pool_threads": ["ThreadPool"],
     "worker_transport_amqp": ["AmqpTransport"],

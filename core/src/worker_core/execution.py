@@ -10,10 +10,11 @@ from __future__ import annotations
 import logging
 import os
 import traceback
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
+from .aio import register_async_form, run_coroutine
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
 from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
     from .canvas.after import Workflow
     from .plugins.hooks import Hooks
 
-__all__ = ["Outcome", "execute", "install", "process_finalizer", "process_initializer", "request_mapping"]
+__all__ = ["Outcome", "aexecute", "execute", "install", "process_finalizer", "process_initializer",
+           "request_mapping"]
 
 logger = logging.getLogger("worker.execution")
 
@@ -86,7 +88,8 @@ def _store(
 def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
             log_result: bool, embed: Mapping[str, Any] | None = None) -> Outcome:
     """Run task ``name`` with ``args``/``kwargs``, store its state, and do what follows it
-    (:mod:`worker_core.canvas.after`).
+    (:mod:`worker_core.canvas.after`). An ``async def`` task runs to completion on this
+    thread's event loop (:func:`worker_core.aio.run_coroutine`).
 
     :param fields: the request's message fields, in :data:`MESSAGE_FIELDS` order (retries, eta,
         root_id, delivery_info, ...).
@@ -95,6 +98,62 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
         errbacks, a chain, a chord), with ``replaced_task_nesting`` when the task replaced
         another; None for a plain task.
     """
+    steps = _steps(name, task_id, args, kwargs, fields, log_result, embed)
+    try:
+        coroutine = next(steps)
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    try:
+        value = run_coroutine(coroutine)
+    except BaseException as exc:
+        return _resume(steps, None, exc)
+    return _resume(steps, value, None)
+
+
+async def aexecute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
+                   log_result: bool, embed: Mapping[str, Any] | None = None) -> Outcome:
+    """:func:`execute` on a running event loop: an ``async def`` task is awaited there (its
+    cancellation propagates: the pool that cancelled it reports the outcome)."""
+    steps = _steps(name, task_id, args, kwargs, fields, log_result, embed)
+    try:
+        coroutine = next(steps)
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    try:
+        value = await coroutine
+    except BaseException as exc:
+        return _resume(steps, None, exc)
+    return _resume(steps, value, None)
+
+
+def _awaits(name: str, *rest: Any, **more: Any) -> bool:
+    """Whether the job of :func:`execute` for task ``name`` is an ``async def`` task's."""
+    task = _app.tasks.get(name) if _app is not None else None
+    return task is not None and task.is_async
+
+
+register_async_form(execute, aexecute, _awaits)
+
+
+def _resume(steps: Generator[Any, Any, Outcome], value: Any, exc: BaseException | None) -> Outcome:
+    """Give the task's coroutine's value (or exception) back to :func:`_steps`, which finishes."""
+    try:
+        if exc is None:
+            steps.send(value)
+        else:
+            steps.throw(exc)
+    except StopIteration as done:
+        outcome: Outcome = done.value
+        return outcome
+    raise RuntimeError("the executor awaited a task twice")
+
+
+def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
+           log_result: bool, embed: Mapping[str, Any] | None) -> Generator[Any, Any, Outcome]:
+    """What :func:`execute` and :func:`aexecute` do, as a generator: it yields an ``async def``
+    task's coroutine once, to be awaited, and is given back its value (or its exception)."""
     app = _app
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
     task = app.tasks[name]
@@ -136,6 +195,8 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
             if "before_start" in handlers:
                 task.before_start(task_id, args, kwargs)
             retval = task(*args, **kwargs) if task.overrides_call else task.run(*args, **kwargs)
+            if task.is_async:
+                retval = yield retval
         except Retry as exc:
             runtime = perf_counter() - started
             reason = exc.exc if exc.exc is not None else exc

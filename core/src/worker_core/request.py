@@ -18,6 +18,7 @@ from .execution import execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
 from .protocol.headers import PROTOCOL_HEADERS, carried_count
 from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
+from .slots import StopsOneJob
 
 if TYPE_CHECKING:
     from kombu.message import Message
@@ -341,7 +342,7 @@ class Request:
         if self.worker_pid is None:
             self.terminate_signal = signum
             return
-        pool.terminate_job(self.worker_pid, signum)
+        self._stop(pool, signum)
         self._mark_revoked("terminated")
         # sets finished: the pool's report of the killed job is ignored
         self.consumer.reservations.task_done(self)
@@ -354,7 +355,7 @@ class Request:
                        "is enabled for it.\nTerminating it instead.", self.label)
         if self.worker_pid is not None:
             try:
-                pool.terminate_job(self.worker_pid)
+                self._stop(pool, None)
             except PoolError as exc:
                 logger.warning("Could not terminate %s (%s): it runs on, and the broker delivers it "
                                "again", self.label, exc)
@@ -367,6 +368,14 @@ class Request:
         self.consumer.notify("task_retried", request=self, reason="cancelled after a connection loss")
         # sets finished: the pool's report of the killed process is ignored
         self.consumer.reservations.task_done(self)
+
+    def _stop(self, pool: Any, signum: int | None) -> None:
+        """Stop this running task: on its own in a pool that can (:class:`StopsOneJob`), else
+        with its process."""
+        if isinstance(pool, StopsOneJob):
+            pool.stop_job(self.pool_job, signum)
+        else:
+            pool.terminate_job(self.worker_pid, signum)
 
     # -- acknowledgement ---------------------------------------------------------------------------
 

@@ -11,8 +11,8 @@ implementation is imported, so a plugin's module should import its heavy depende
 what every implementation must have: the plugin manager refuses a class that lacks any of it
 when it loads the class, naming each missing member. Everything optional is a small capability
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
-:class:`SharesOneQueue`, :class:`FixedConcurrency`, :class:`AcksSurviveReconnect`,
-:class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`CountsDeliveries`,
+:class:`StopsOneJob`, :class:`SharesOneQueue`, :class:`FixedConcurrency`,
+:class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`CountsDeliveries`,
 :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
 :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
 :class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
@@ -70,6 +70,7 @@ __all__ = [
     "ResultBackend",
     "SavesGroups",
     "SharesOneQueue",
+    "StopsOneJob",
     "SuccessIsFinal",
     "Transport",
     "WithdrawsOneJob",
@@ -137,7 +138,7 @@ class Pool(Protocol):
     own threads.
 
     **Optional capabilities**: :class:`FixedConcurrency`, :class:`SharesOneQueue`,
-    :class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`.
+    :class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`, :class:`StopsOneJob`.
 
     The contract suite in :mod:`worker_core.testing.pool_contract` checks all of this against
     any pool class.
@@ -272,6 +273,23 @@ class WithdrawsOneJob(Protocol):
     def withdraw_job(self, handle: Any) -> bool:
         """Take back the job ``apply_async`` returned ``handle`` for, if no executor has
         started it; True if it was taken back, and then none of its callbacks is ever called."""
+
+
+@runtime_checkable
+class StopsOneJob(Protocol):
+    """A pool whose processes run many jobs at once (an event loop's coroutines), so that a job
+    is stopped on its own rather than by killing its process.
+
+    The worker calls :meth:`stop_job` instead of :meth:`Pool.terminate_job` to stop a running
+    task (a revoke with ``terminate``, a task cancelled after a lost connection), with the handle
+    :meth:`Pool.apply_async` returned for it. The job still reports its end through its
+    callbacks (the worker, which settled the task already, ignores them).
+    """
+
+    def stop_job(self, handle: Any, signal: int | None = None) -> None:
+        """Stop the running job ``apply_async`` returned ``handle`` for (``signal`` as
+        :meth:`Pool.terminate_job` takes it: what it means is the pool's to document); raise
+        ``PoolError`` when it runs nowhere (not started, or finished)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -995,7 +1013,7 @@ REQUIRED: Mapping[str, type] = {
 
 #: The optional capabilities each slot's implementations may offer.
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
-    "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob),
+    "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
                   FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker),
     "loop": (),

@@ -1,10 +1,15 @@
-"""``task.request``: what a running task knows about its own message."""
+"""``task.request``: what a running task knows about its own message.
+
+The current request lives in a context variable, so it is each thread's own, and each asyncio
+task's own when many run on one event loop (each task runs in a copy of the context it was
+created in): a coroutine that awaits never sees the request of another one.
+"""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -83,11 +88,13 @@ MESSAGE_FIELDS = ("retries", "eta", "expires", "timelimit", "root_id", "parent_i
 
 
 _EMPTY = TaskContext()
-_local = threading.local()
+#: the requests being run here, innermost last: a tuple, never changed in place, since contexts
+#: copied from one another (asyncio tasks) share the value they had when copied
+_stack: ContextVar[tuple[TaskContext, ...]] = ContextVar("worker_task_requests", default=())
 
 
 def current_context() -> TaskContext:
-    stack = getattr(_local, "stack", None)
+    stack = _stack.get()
     return stack[-1] if stack else _EMPTY
 
 
@@ -116,7 +123,7 @@ def workflow_options(request: TaskContext) -> dict[str, Any]:
 def add_child(result: Any) -> None:
     """Record ``result`` (of a task just sent) as a child of the task this thread runs for a
     worker, stored with that task's result as Celery's worker stores it; nothing outside one."""
-    stack = getattr(_local, "stack", None)
+    stack = _stack.get()
     if stack:
         current = stack[-1]
         if current.id and not current.called_directly:
@@ -127,25 +134,20 @@ def add_child(result: Any) -> None:
 
 
 def push(context: TaskContext) -> None:
-    """Make ``context`` the current request of this thread (the executor's fast path)."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(context)
+    """Make ``context`` the current request of this thread or asyncio task (the executor's fast
+    path)."""
+    _stack.set((*_stack.get(), context))
 
 
 def pop() -> None:
-    _local.stack.pop()
+    _stack.set(_stack.get()[:-1])
 
 
 @contextmanager
 def pushed(context: TaskContext) -> Iterator[TaskContext]:
-    """Make ``context`` the current request for this thread while the task runs."""
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    stack.append(context)
+    """Make ``context`` the current request for this thread or asyncio task while the task runs."""
+    push(context)
     try:
         yield context
     finally:
-        stack.pop()
+        pop()

@@ -9,6 +9,7 @@ class, as in Celery (the options' checks are in :mod:`.task_options`, the handle
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -135,6 +136,9 @@ class Task:
     handlers: frozenset[str] = frozenset()
     #: whether the worker calls the task itself (its class overrides ``__call__``) or its run
     overrides_call: bool = False
+    #: whether the task's body is an ``async def`` (decided when it is registered): a pool with
+    #: an event loop awaits it there, the others run it to completion on a loop of their own
+    is_async: bool = False
     _names_shadow: bool = False
 
     app: App
@@ -225,6 +229,7 @@ class Task:
                     f"task {name!r} ({cls.__module__}.{cls.__qualname__}) has no body: a class-based "
                     f"task defines run(self, ...)")
             self.fun = cls.run
+        self.is_async = inspect.iscoroutinefunction(self.fun)
         if self.autoretry_for:
             self.run = self._autoretrying(self.run)  # type: ignore[method-assign]
         self.handlers = overridden(self, Task, frozenset(methods))
@@ -295,21 +300,41 @@ class Task:
         ones), with ``retry_kwargs`` and the backoff, as Celery wraps it."""
         retry_on, never = self.autoretry_for, self.dont_autoretry_for
 
+        def retry_for(exc: BaseException) -> BaseException | None:
+            """The retry to raise for ``exc``, or None to let it through."""
+            if isinstance(exc, (Ignore, Retry, Reject)) or not isinstance(exc, retry_on):
+                return None
+            if never and isinstance(exc, never):
+                return None
+            options = dict(self.retry_kwargs)
+            if self.retry_backoff:
+                options["countdown"] = backoff_countdown(
+                    self.retry_backoff, self.request.retries, self.retry_backoff_max, self.retry_jitter
+                )
+            return self.retry(exc=exc, **options)
+
+        if self.is_async:  # the exception comes out of the coroutine, when it is awaited
+            @functools.wraps(run)
+            async def autoretrying_coroutine(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await run(*args, **kwargs)
+                except BaseException as exc:
+                    retry = retry_for(exc)
+                    if retry is None:
+                        raise
+                    raise retry from None
+
+            return autoretrying_coroutine
+
         @functools.wraps(run)
         def autoretrying(*args: Any, **kwargs: Any) -> Any:
             try:
                 return run(*args, **kwargs)
-            except (Ignore, Retry, Reject):
-                raise
-            except retry_on as exc:
-                if never and isinstance(exc, never):
+            except BaseException as exc:
+                retry = retry_for(exc)
+                if retry is None:
                     raise
-                options = dict(self.retry_kwargs)
-                if self.retry_backoff:
-                    options["countdown"] = backoff_countdown(
-                        self.retry_backoff, self.request.retries, self.retry_backoff_max, self.retry_jitter
-                    )
-                raise self.retry(exc=exc, **options) from None
+                raise retry from None
 
         return autoretrying
 
