@@ -12,10 +12,10 @@ what every implementation must have: the plugin manager refuses a class that lac
 when it loads the class, naming each missing member. Everything optional is a small capability
 Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`StopsOneJob`, :class:`SharesOneQueue`, :class:`FixedConcurrency`,
-:class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`, :class:`CountsDeliveries`,
-:class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
-:class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
-:class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
+:class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`,
+:class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
+:class:`DelaysOnBroker`, :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`,
+:class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
