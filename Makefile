@@ -1,6 +1,7 @@
 # Set-up commands for a fresh machine. Each creates the virtualenv it needs.
 #   make demo   run a worker on the embedded transport (no server) and watch tasks complete
 #   make test   run the whole test suite (needs Redis, RabbitMQ and PostgreSQL on localhost)
+#   make docs   build the documentation site into site/ (mkdocs --strict)
 #   make bench  every benchmark in bench/, side by side with Celery (and Dramatiq on RabbitMQ)
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_thr
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
                  -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop]
 
-.PHONY: venv demo test test-fast test-stock bench lint
+.PHONY: venv demo docs test test-fast test-stock bench lint
 
 # (the C extension is compiled when its distribution is installed: a changed source reinstalls)
 $(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
@@ -21,8 +22,23 @@ $(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src
 
 venv: $(BIN)/.installed
 
-demo: venv
+# The demo needs only what it runs: worker-core and the prefork pool, no test tools.
+$(BIN)/.demo-installed: core/setup.cfg plugins/pool_prefork/setup.cfg
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -e ./core -e ./plugins/pool_prefork
+	touch $@
+
+demo: $(BIN)/.demo-installed
 	$(BIN)/python examples/demo.py
+
+# The documentation site: MkDocs with the Material theme and mkdocstrings, built with --strict
+# (a broken link, anchor, included file or API reference fails the build).
+$(BIN)/.docs-installed: $(BIN)/.installed docs/requirements.txt
+	$(BIN)/pip install --disable-pip-version-check -q -r docs/requirements.txt
+	touch $@
+
+docs: $(BIN)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The whole suite, then the broker tests once more on the libraries' own paths.
 test: test-fast test-stock
@@ -82,7 +98,7 @@ bench: venv
 	$(BIN)/python bench/eta_memory.py --broker $(AMQP_BENCH)
 
 lint: venv
-	$(BIN)/ruff check core plugins tests bench examples
+	$(BIN)/ruff check core plugins tests bench examples docs
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
 	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
 	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src

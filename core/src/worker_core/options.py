@@ -56,14 +56,14 @@ class OptionSpec:
     from the ``WORKER_<NAME>`` variable and the ``worker_plugin_options`` setting (the
     ``worker_options`` hook says in which order).
 
-    :param name: the key under which the parsed value appears in ``WorkerOptions.extra``;
+    :ivar name: the key under which the parsed value appears in ``WorkerOptions.extra``;
         upper-cased after ``WORKER_``, the name of its variable.
-    :param flags: command-line spellings, for example ``("--heartbeat-interval",)``.
-    :param convert: turns the option's text (from the command line, the variable or the
+    :ivar flags: command-line spellings, for example ``("--heartbeat-interval",)``.
+    :ivar convert: turns the option's text (from the command line, the variable or the
         setting) into the value; raise ``ValueError`` with a helpful message for a bad value.
-    :param default: the value when the option is given nowhere.
-    :param help: one line for ``--help``.
-    :param is_flag: a boolean switch that takes no value.
+    :ivar default: the value when the option is given nowhere.
+    :ivar help: one line for ``--help``.
+    :ivar is_flag: a boolean switch that takes no value.
     """
 
     name: str

@@ -22,8 +22,8 @@ from ..exceptions import ConfigurationError
 from ..options import did_you_mean
 from ..redaction import redact_url, redact_value
 
-__all__ = ["ENV_PREFIX", "SERIALIZER_LIBRARIES", "Settings", "check_environment", "check_serializers",
-           "result_accept", "settings_from"]
+__all__ = ["ENV_PREFIX", "OWN_SETTINGS", "SERIALIZER_LIBRARIES", "Settings", "check_environment",
+           "check_serializers", "result_accept", "settings_from"]
 
 ENV_PREFIX = "WORKER_"
 _TRUE = {"1", "true", "yes", "on"}
@@ -161,17 +161,32 @@ class Settings:
     """Every setting the app and the worker read. Names follow Celery's."""
 
     # -- broker
+    #: the broker: a URL whose scheme names the transport (``redis://``, ``amqp://``,
+    #: ``embedded://``, ...), several separated by ``;`` for failover; None: ``embedded://``, a
+    #: queue file in ``./.worker/``
     broker_url: str | None = attrs.field(default=None, validator=[_check(str, optional=True), _broker_urls])
+    #: options handed to the transport, as kombu takes them (Redis: ``visibility_timeout``,
+    #: ``global_keyprefix``, ...; a reconnect's ``interval_start``, ``interval_step``,
+    #: ``interval_max``)
     broker_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                              validator=_check(dict))
+    #: retry a lost broker connection (2 s, then 2 s more per attempt up to 30 s); off: a lost
+    #: connection stops the worker
     broker_connection_retry: bool = attrs.field(default=True, validator=_check(bool))
+    #: retry the first connection too; None: as ``broker_connection_retry``
     broker_connection_retry_on_startup: bool | None = attrs.field(default=None,
                                                                    validator=_check(bool, optional=True))
+    #: attempts to connect before the worker gives up and stops; None: retry for ever
     broker_connection_max_retries: int | None = attrs.field(default=100,
                                                             validator=_check(int, optional=True, minimum=0))
+    #: seconds to wait for the broker to accept a connection
     broker_connection_timeout: float = attrs.field(default=4.0, validator=_check(NUMBER, minimum=0))
+    #: seconds between AMQP heartbeats (a missed one counts as a lost connection); 0 turns them off
     broker_heartbeat: float = attrs.field(default=120.0, validator=_check(NUMBER, minimum=0))
+    #: how many times per heartbeat interval the worker checks the AMQP heartbeat
     broker_heartbeat_checkrate: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0.1))
+    #: how the worker picks the next of several broker URLs (``--failover``): round-robin, shuffle,
+    #: priority, or a plugin's
     broker_failover_strategy: str = attrs.field(default="round-robin", validator=_check(str))
     #: TLS for the broker connection: True, or the transport's TLS arguments (Redis:
     #: ``ssl_cert_reqs``, ``ssl_ca_certs``, ...; AMQP: ``ca_certs``, ``cert_reqs``,
@@ -182,9 +197,15 @@ class Settings:
     broker_failback_interval: float = attrs.field(default=5.0, validator=_check(NUMBER, minimum=0.1))
 
     # -- results
+    #: where results are stored: a URL whose scheme names the backend (``redis://``, ``rpc://``,
+    #: ``embedded://``, ``disabled``); None: the one the transport offers (the embedded file for
+    #: ``embedded://``), else none
     result_backend: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: seconds a stored result is kept; None or 0: for ever
     result_expires: float | None = attrs.field(default=86400.0,
                                                validator=_check(NUMBER, optional=True, minimum=0))
+    #: store the task's name, args, kwargs, worker, retries and queue with each result, as Celery
+    #: does
     result_extended: bool = attrs.field(default=False, validator=_check(bool))
     #: ``rpc://``: send results as persistent messages (delivery mode 2), which survive a broker
     #: restart; None or False: transient (delivery mode 1), as Celery sends them by default
@@ -198,10 +219,14 @@ class Settings:
     result_chord_retry_interval: float = attrs.field(default=1.0, validator=_check(NUMBER, minimum=0))
     #: seconds the worker completing a chord waits for the results of a header holding groups
     result_chord_join_timeout: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=0))
+    #: the serializer results are stored in: json, msgpack, yaml, pickle, or one registered with
+    #: kombu
     result_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
     #: what stored results may be read in (serializer names or content types); None: accept_content
     result_accept_content: tuple[str, ...] | None = attrs.field(default=None, converter=_to_tuple,
                                                                 validator=_optional_strings)
+    #: options of the result backend's connection (Redis: ``global_keyprefix``, ``retry_policy``,
+    #: ...), as in Celery
     result_backend_transport_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict,
                                                                      validator=_check(dict))
     #: TLS arguments for a Redis result backend (``ssl_cert_reqs``, ``ssl_ca_certs``, ...), as in Celery
@@ -209,11 +234,18 @@ class Settings:
                                                                   validator=_check(dict, optional=True))
 
     # -- tasks and messages
+    #: the serializer tasks are sent in by this project's client (json, msgpack, yaml, pickle,
+    #: ``auth`` to sign)
     task_serializer: str = attrs.field(default="json", validator=[_check(str), _name])
+    #: the serializers or content types the worker accepts in messages; anything else is refused
+    #: (pickle never by default)
     accept_content: tuple[str, ...] = attrs.field(default=("json",), converter=_to_tuple, validator=_strings)
+    #: the queue tasks go to and the worker consumes when nothing else names one
     task_default_queue: str = attrs.field(default="celery", validator=[_check(str), _name])
+    #: the priority of a task sent without one; None: no priority
     task_default_priority: int | None = attrs.field(default=None,
                                                     validator=_check(int, optional=True, minimum=0))
+    #: ``x-max-priority`` of the classic RabbitMQ queues the worker declares; None: no priorities
     task_queue_max_priority: int | None = attrs.field(default=None,
                                                       validator=_check(int, optional=True, minimum=0))
     #: where each task's messages go (Celery's): a dict of task names, glob patterns and
@@ -226,6 +258,7 @@ class Settings:
     task_queues: Any = attrs.field(default=None, validator=_queues)
     #: the default queue's exchange (None: named after the queue) and its type
     task_default_exchange: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the type of the default queue's exchange: direct, topic, fanout or headers
     task_default_exchange_type: str = attrs.field(default="direct", validator=_one_of(_EXCHANGE_TYPES))
     #: the default queue's routing key (None: its name)
     task_default_routing_key: str | None = attrs.field(default=None, validator=_check(str, optional=True))
@@ -233,40 +266,66 @@ class Settings:
     task_default_queue_type: str = attrs.field(default="classic", validator=_one_of(_QUEUE_TYPES))
     #: a queue named nowhere (-Q, a route) is made as Celery makes it; off: it is an error
     task_create_missing_queues: bool = attrs.field(default=True, validator=_check(bool))
+    #: the type (classic or quorum) of a queue made because it was named nowhere
     task_create_missing_queue_type: str = attrs.field(default="classic", validator=_one_of(_QUEUE_TYPES))
+    #: the exchange type of a queue made because it was named nowhere; None: direct
     task_create_missing_queue_exchange_type: str | None = attrs.field(
         default=None, validator=_one_of(_EXCHANGE_TYPES, optional=True))
+    #: acknowledge a task's message after the task ran, not as it starts, so a task whose worker
+    #: dies runs again
     task_acks_late: bool = attrs.field(default=False, validator=_check(bool))
+    #: with ``acks_late``, send a task whose process died back to the queue instead of failing it;
+    #: None: off
     task_reject_on_worker_lost: bool | None = attrs.field(default=None, validator=_check(bool, optional=True))
+    #: with ``acks_late``, acknowledge a task that failed or timed out; off: reject it (to the dead-
+    #: letter queue)
     task_acks_on_failure_or_timeout: bool = attrs.field(default=True, validator=_check(bool))
+    #: store no result for tasks that do not say otherwise
     task_ignore_result: bool = attrs.field(default=False, validator=_check(bool))
+    #: store STARTED when a task starts
     task_track_started: bool = attrs.field(default=False, validator=_check(bool))
     #: ``chord.link_error(errback)`` links the errback to the header's tasks too, not only the body
     task_allow_error_cb_on_chord_header: bool = attrs.field(default=False, validator=_check(bool))
     #: the tasks a task sends when it finishes (callbacks, its chain's next step) get its priority
     task_inherit_parent_priority: bool = attrs.field(default=False, validator=_check(bool))
+    #: seconds a task may run before its process is killed and the task fails with
+    #: ``TimeLimitExceeded`` (prefork); None: no limit
     task_time_limit: float | None = attrs.field(default=None,
                                                 validator=_check(NUMBER, optional=True, minimum=0))
+    #: seconds after which ``SoftTimeLimitExceeded`` is raised inside the task; None: no limit
     task_soft_time_limit: float | None = attrs.field(default=None,
                                                     validator=_check(NUMBER, optional=True, minimum=0))
+    #: seconds before a retried task runs again, for tasks that give no ``default_retry_delay``
+    #: (Celery has this as a task attribute only)
     task_default_retry_delay: float = attrs.field(default=180.0, validator=_check(NUMBER, minimum=0))
+    #: retry a publish that fails on a lost connection (the client's and a retrying task's)
     task_publish_retry: bool = attrs.field(default=True, validator=_check(bool))
 
     # -- worker
+    #: processes or threads in the pool (``-c``); None: the number of CPUs (1 for solo)
     worker_concurrency: int | None = attrs.field(default=None,
                                                  validator=_check(int, optional=True, minimum=1))
+    #: the pool by name (``-P``): prefork, threads, solo, or a plugin's; None: prefork, else
+    #: threads, else solo, whichever is installed
     worker_pool: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: messages reserved per process or thread: the prefetch window is concurrency times this
     worker_prefetch_multiplier: int = attrs.field(default=4, validator=_check(int, minimum=1))
+    #: replace a pool process after it ran this many tasks; None: never
     worker_max_tasks_per_child: int | None = attrs.field(default=None,
                                                          validator=_check(int, optional=True, minimum=1))
+    #: replace a pool process whose resident memory passes this many KiB after a task; None: never
     worker_max_memory_per_child: int | None = attrs.field(default=None,
                                                           validator=_check(int, optional=True, minimum=1))
+    #: after a lost connection, start again with a prefetch window reduced by the tasks still
+    #: running and widen it as they finish
     worker_enable_prefetch_count_reduction: bool = attrs.field(default=True, validator=_check(bool))
     #: most messages the worker takes while tasks wait for their ETA or countdown, as Celery's: a
     #: held task widens the prefetch window by one up to this many messages in all, then no more
     #: are fetched until room frees; None: no limit
     worker_eta_task_limit: int | None = attrs.field(default=None,
                                                     validator=_check(int, optional=True, minimum=1))
+    #: on RabbitMQ, stop running ``acks_late`` tasks when the connection is lost (their messages are
+    #: delivered again) rather than run them twice
     worker_cancel_long_running_tasks_on_connection_loss: bool = attrs.field(default=False,
                                                                            validator=_check(bool))
     #: times a task whose process or whole worker died with it comes back before it fails for good
@@ -285,8 +344,13 @@ class Settings:
     #: None discards them, as Celery does
     worker_dead_letter_queue: str | None = attrs.field(default="celery.dead_letter",
                                                        validator=[_check(str, optional=True), _name])
+    #: accepted for Celery's configurations and not read: this worker fails a task whose process
+    #: died as soon as the pool reports it
     worker_lost_wait: float = attrs.field(default=10.0, validator=_check(NUMBER, minimum=0))
+    #: bytes a task's body may have; a larger message is rejected (to the dead-letter queue) before
+    #: it is decoded
     worker_max_message_size: int = attrs.field(default=64 * 1024 * 1024, validator=_check(int, minimum=1))
+    #: send task events (``-E``) from the start, for Flower and ``celery events``
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
     #: file that keeps the revoked task ids across restarts (``--statedb``)
     worker_state_db: str | None = attrs.field(default=None, validator=_check(str, optional=True))
@@ -328,6 +392,16 @@ class Settings:
         except TypeError as exc:  # a converter choked on a value of the wrong kind
             raise ConfigurationError(f"bad setting value: {exc}") from None
 
+
+
+#: The settings Celery does not have (every other one is Celery's, under the same name and with
+#: Celery's meaning); the reference's Celery column reads this, and a test checks it against
+#: Celery's own list.
+OWN_SETTINGS = frozenset({
+    "broker_failback_interval", "task_default_retry_delay", "worker_redelivery_limit",
+    "worker_dead_letter_queue", "worker_max_message_size", "worker_remote_control_allow",
+    "worker_plugin_options",
+})
 
 def check_names(names: Iterable[str]) -> None:
     known = Settings.names()
