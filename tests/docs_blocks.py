@@ -1,6 +1,6 @@
 """The code blocks of the documentation pages, and what each says about how it is tested.
 
-Every ``python`` or shell block of a page (``docs/**/*.md``) is one of:
+Every ``python`` or shell block of a page (``docs/**/*.md``, ``README.md``) is one of:
 
 - an include of a file under ``examples/`` (a line ``--8<-- "examples/..."``): the file is run or
   imported by ``tests/test_docs_examples.py``;
@@ -62,7 +62,7 @@ class Block:
 
 
 def pages() -> list[Path]:
-    return sorted((REPO / "docs").rglob("*.md"))
+    return [*sorted((REPO / "docs").rglob("*.md")), REPO / "README.md"]
 
 
 def _options(text: str | None) -> dict[str, str]:

@@ -127,3 +127,14 @@ def test_every_remote_control_command_has_help():
 def test_an_unknown_generated_table_is_an_error():
     with pytest.raises(ValueError, match="unknown generated table 'nothing'"):
         reference.generate("<!-- generated: nothing -->")
+
+
+def test_the_readme_stays_short_and_its_links_into_the_site_resolve():
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    assert len(readme.splitlines()) <= 300, "the README stays short: features are documented in docs/"
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(links) > 10
+    missing = [link for link in links if not (REPO / link).is_file()]
+    assert not missing, f"the README links to pages that do not exist: {missing}"
