@@ -101,6 +101,7 @@ MODULES = {
     "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
                            "group", "maybe_signature", "send_callbacks", "send_errbacks", "send_next_step",
                            "signature", "xmap", "xstarmap"],
+    "worker_core.election": ["Duty", "Election", "check_lease"],
     "worker_core.fastpaths": ["Check", "Decision", "FastPath", "FastPaths", "Library", "STOCK_VARIABLE",
                               "attribute", "decide", "reads", "report", "signature"],
     "worker_core.exceptions": [

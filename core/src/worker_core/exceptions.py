@@ -13,6 +13,7 @@ __all__ = [
     "DecodeError",
     "Ignore",
     "JobWithdrawn",
+    "LeaseLost",
     "MaxRetriesExceededError",
     "NotImplementedYet",
     "NotRegistered",
@@ -120,6 +121,11 @@ class BrokerStorageError(TransportError):
 
 class ConnectionLostError(TransportError):
     """The broker connection was lost and could not be restored within the retry budget."""
+
+
+class LeaseLost(TransportError):
+    """A lease is no longer held by the one acting under it: another holder has it (a newer
+    fencing token), or it lapsed; what was asked under it was not done."""
 
 
 # -- messages and tasks -------------------------------------------------------------------------

@@ -14,8 +14,9 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`StopsOneJob`, :class:`SharesOneQueue`, :class:`FixedConcurrency`,
 :class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
-:class:`DelaysOnBroker`, :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`,
-:class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`): a plugin offers
+:class:`DelaysOnBroker`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`SuccessIsFinal`,
+:class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`,
+:class:`BackendCountsDeliveries`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -53,12 +54,16 @@ __all__ = [
     "CountsDeliveries",
     "DelaysOnBroker",
     "DiscardsResults",
+    "ElectsLeaders",
     "EventLoop",
     "FailoverStrategy",
     "FansOutEvents",
     "FixedConcurrency",
     "ForeignApp",
     "JoinsChords",
+    "KeepsRecords",
+    "Lease",
+    "LeaseState",
     "LeasesMessages",
     "LoopContext",
     "OffersResultBackend",
@@ -66,9 +71,11 @@ __all__ = [
     "Pool",
     "PoolFactory",
     "PoolOptions",
+    "RecordTable",
     "RepliesToSender",
     "ResultBackend",
     "SavesGroups",
+    "SendsOnce",
     "SharesOneQueue",
     "StopsOneJob",
     "SuccessIsFinal",
@@ -309,9 +316,10 @@ class Transport(Protocol):
 
     **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
     :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
-    :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`. The worker never
-    asks which broker it has: what differs between brokers is one of these, with the behaviour
-    without it said in its docstring.
+    :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
+    :class:`ElectsLeaders`, :class:`KeepsRecords`. The worker never asks which broker it has:
+    what differs between brokers is one of these, with the behaviour without it said in its
+    docstring.
 
     The contract suite in :mod:`worker_core.testing.transport_contract` checks a transport against
     a real broker of its kind.
@@ -514,6 +522,202 @@ class ParksMessages(Protocol):
         :func:`worker_core.protocol.packing.pack`, which :func:`~worker_core.protocol.packing.unpack`
         turns back into it whenever the channel needs the message (to put a copy back). The
         worker acknowledges or rejects it by its tag as before."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Transport: leader election (leases with fencing tokens) and records kept on the broker
+# ---------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class LeaseState:
+    """Who holds a lease, as the broker says (:meth:`Lease.current`)."""
+
+    #: the holder's name (:attr:`Lease.holder`); None when the broker says only that someone
+    #: holds it (RabbitMQ tells a waiting holder nothing more)
+    holder: str | None
+    #: the holder's fencing token, when known
+    token: int | None = None
+    #: seconds before the lease lapses unless renewed, when the broker keeps a deadline
+    expires_in: float | None = None
+
+
+@runtime_checkable
+class Lease(Protocol):
+    """One named lease on a broker: at most one holder at a time, each holding it under a
+    fencing token larger than every earlier holder's. What a worker elects a leader with (one
+    scheduler sends the periodic tasks, one exporter reads the queues' lengths).
+
+    Made by :meth:`ElectsLeaders.lease` on a connection of its own, and used from one thread
+    only (the connection is not shared). Every method may raise the transport's connection
+    errors (``kombu.Connection.connection_errors``) when the broker cannot be reached: the
+    caller then counts the lease as held only until the deadline it last confirmed (see
+    :attr:`ttl`), and tries again.
+
+    **The contract.**
+
+    - :meth:`acquire` gives the lease to one caller at a time: while one holds it (it renews
+      within :attr:`ttl` of its last renewal), every other ``acquire`` returns None.
+    - Each holding has a **fencing token**: an integer larger than the token of every earlier
+      holding of this lease on this broker, so a store can refuse what an older holder asks
+      after a newer one took over (:class:`SendsOnce` does so on the broker itself).
+    - A holder that stops renewing (killed, paused, cut off from the broker) loses the lease at
+      most :attr:`bound` seconds after its last successful renewal, and a caller that keeps
+      calling ``acquire(wait)`` holds it within ``wait`` seconds after that.
+    - A holder that knows it is done calls :meth:`release`: the next caller holds it at once.
+    - A holder must not act as one once ``ttl`` seconds passed since it last called
+      :meth:`acquire` or :meth:`renew` successfully (counted from before the call), unless a
+      renewal confirmed it since: its lease may have lapsed on the broker meanwhile.
+
+    **Using it** (what :class:`worker_core.election.Election` does on a thread of its own)::
+
+        lease = transport.lease("queue-lengths", worker.hostname, ttl=3.0)
+        while running:
+            if lease.token is None:
+                if lease.acquire(wait=0.5) is None:
+                    continue              # another holds it; acquire waited a while
+            elif not lease.renew():
+                continue                  # lost it: back to acquiring
+            do_the_leaders_work(lease.token)   # briefly: renew again within ttl / 3
+        lease.close()                     # releases it if held
+
+    The contract suite in :mod:`worker_core.testing.lease_contract` checks all of this against
+    a real broker.
+    """
+
+    #: the lease's name: every holder of one name on one broker competes for the same lease
+    name: str
+    #: this holder's name as others see it: the ``holder`` given to :meth:`ElectsLeaders.lease`
+    #: plus a suffix that makes it unique to this object (two processes given one name never
+    #: mistake one another's lease for their own)
+    holder: str
+    #: seconds a holding lasts without a renewal
+    ttl: float
+
+    @property
+    def bound(self) -> float:
+        """Seconds after the holder's last successful renewal by which the lease is free again
+        if the holder is lost: ``ttl`` where the broker keeps the deadline (Redis, the embedded
+        store), the broker's heartbeat timeout where the lease lives with a connection
+        (RabbitMQ: about ``ttl``, see its transport)."""
+
+    @property
+    def token(self) -> int | None:
+        """This holder's fencing token while it holds the lease (as far as it knows), else None."""
+
+    def acquire(self, wait: float = 0.0) -> int | None:
+        """Take the lease if it is free, waiting up to ``wait`` seconds for it to come free;
+        return the fencing token, or None when another holds it. Called while this object holds
+        the lease, it renews it and returns the same token."""
+
+    def renew(self) -> bool:
+        """Extend this holding by ``ttl`` from now; False when the lease was lost (it lapsed,
+        or another holds it): :attr:`token` is None then."""
+
+    def release(self) -> None:
+        """Give the lease up at once, so another caller holds it without waiting for the
+        deadline; nothing happens when this object does not hold it."""
+
+    def current(self) -> LeaseState | None:
+        """Who holds the lease now, for ``inspect`` and metrics; None when nobody does."""
+
+    def close(self) -> None:
+        """Release the lease if held and close the lease's connection."""
+
+
+@runtime_checkable
+class ElectsLeaders(Protocol):
+    """A transport whose broker can hold leases (:class:`Lease`): the way a fleet of workers
+    elects one of them to do a job once (the scheduler of periodic tasks, an exporter), with a
+    fencing token per holding and a stated bound on the takeover after the holder is lost.
+
+    Test for it with ``isinstance(transport, ElectsLeaders)``; the transport is the object the
+    transport slot's class builds (``Transport(url, settings)``). Without it, a plugin that
+    needs one leader must be told to run in one process only. Redis keeps a lease as a key with
+    a deadline (``SET NX PX``) and a counter for its tokens, the embedded transport as a row of
+    its file (one machine), RabbitMQ as a message of a single-active-consumer queue held
+    unacknowledged by its holder (the lease follows the holder's connection: its bound is the
+    connection's heartbeat timeout).
+    """
+
+    def lease(self, name: str, holder: str, *, ttl: float) -> Lease:
+        """A lease named ``name`` (letters, digits, ``.``, ``-``, ``_``) for ``holder`` (a name
+        for people: the node name), lasting ``ttl`` seconds without renewal, on a connection of
+        its own opened when first used. Raise ``ConfigurationError`` for a name or ttl it
+        cannot take."""
+
+
+@runtime_checkable
+class SendsOnce(Protocol):
+    """A :class:`Lease` under which a message is sent at most once per key, in one step with
+    the check that its holder still holds the lease: what makes a paused or cut-off leader
+    harmless once another took over, and a tick of a periodic task go out exactly once.
+
+    Test for it on the lease: ``isinstance(lease, SendsOnce)``. The broker does the three
+    things atomically or none: it checks that this holder still holds the lease under its
+    token, that ``key`` was never sent (it keeps keys ``keep`` seconds), and it takes the
+    message and records ``record``. So a holder killed mid-send leaves either a sent message
+    with its record or neither; and an old holder that resumes after a takeover is refused.
+
+    The records kept with the lease (:meth:`records`) are the holder's state (the last tick
+    sent per periodic task), written only under the lease.
+    """
+
+    def send_once(self, key: str, publish: Callable[[Any], None], *, record: tuple[str, str] | None = None,
+                  keep: float) -> bool:
+        """Call ``publish(producer)`` with a ``kombu.Producer`` on the lease's connection;
+        the one message it publishes is sent only if ``key`` was never sent under this lease
+        (kept ``keep`` seconds) and this object still holds the lease, together with setting
+        ``record`` (``(field, value)``) among the lease's records. Return True when sent, False
+        when ``key`` was sent already (nothing sent, the record unchanged). Raise
+        :class:`~worker_core.exceptions.LeaseLost` when the lease is no longer held (nothing
+        sent), ``ValueError`` when ``publish`` published no message or more than one."""
+
+    def records(self) -> dict[str, str] | None:
+        """The records kept with the lease; None when this broker lets only the holder read
+        them and this object does not hold the lease (RabbitMQ)."""
+
+    def write_records(self, changes: Mapping[str, str | None]) -> None:
+        """Set (or, for None, delete) records under the lease; raise
+        :class:`~worker_core.exceptions.LeaseLost` when it is not held (nothing written)."""
+
+
+@runtime_checkable
+class RecordTable(Protocol):
+    """A small named table of text records on the broker (:meth:`KeepsRecords.record_table`),
+    which any process may read and write: entries of a schedule changed at run time, say.
+    Each write is atomic; :meth:`version` lets a reader poll for changes cheaply."""
+
+    def read(self) -> dict[str, str]:
+        """Every record, by key."""
+
+    def version(self) -> int:
+        """A number that changes whenever a record is written or deleted (0 for a table never
+        written)."""
+
+    def put(self, key: str, value: str) -> None:
+        """Write a record, replacing what the key held."""
+
+    def delete(self, key: str) -> bool:
+        """Delete a record; False when there was none."""
+
+    def close(self) -> None:
+        """Close the table's connection (it opens again when used)."""
+
+
+@runtime_checkable
+class KeepsRecords(Protocol):
+    """A transport whose broker keeps small tables of records for any process to read and write
+    (Redis: a hash and a version counter; the embedded transport: a table of its file).
+
+    Test for it with ``isinstance(transport, KeepsRecords)``. Without it (RabbitMQ keeps
+    messages, not records), what would live there must live elsewhere, and a command that
+    needs it says so.
+    """
+
+    def record_table(self, name: str) -> RecordTable:
+        """The table ``name`` (letters, digits, ``.``, ``-``, ``_``), on a connection of its own
+        opened when first used."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1015,7 +1219,7 @@ REQUIRED: Mapping[str, type] = {
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
-                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker),
+                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders, KeepsRecords),
     "loop": (),
     "autoscaler": (),
     "failover": (),

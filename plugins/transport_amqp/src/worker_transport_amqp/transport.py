@@ -12,7 +12,9 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core import Settings
-    from worker_core.slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker, Transport
+    from worker_core.slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker, ElectsLeaders, Transport
+
+    from .election import AmqpLease
 
 __all__ = ["AmqpTransport"]
 
@@ -116,6 +118,14 @@ class AmqpTransport:
             except Exception:  # already closed by the broker after a failed declare
                 pass
 
+    def lease(self, name: str, holder: str, *, ttl: float) -> AmqpLease:
+        """The one message of a single-active-consumer quorum queue, held unacknowledged by its
+        holder; free again within about ``ttl`` seconds of the holder's last heartbeat (see
+        :mod:`.election`)."""
+        from .election import AmqpLease
+
+        return AmqpLease(self.url, self.tls is not None, self.connection_options(), name, holder, ttl)
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
@@ -123,3 +133,4 @@ if TYPE_CHECKING:
     _BUFFERS: type[BuffersDeliveries] = AmqpTransport
     _ADOPTS: type[AdoptsQueues] = AmqpTransport
     _DELAYS: type[DelaysOnBroker] = AmqpTransport
+    _ELECTS: type[ElectsLeaders] = AmqpTransport

@@ -12,7 +12,16 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core import Settings
-    from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, FansOutEvents, Transport
+    from worker_core.slots import (
+        AcksSurviveReconnect,
+        CountsDeliveries,
+        ElectsLeaders,
+        FansOutEvents,
+        KeepsRecords,
+        Transport,
+    )
+
+    from .election import RedisLease, RedisRecords
 
 __all__ = ["RedisTransport"]
 
@@ -112,6 +121,19 @@ class RedisTransport:
             count, _ = pipe.execute()
         return int(count)
 
+    def lease(self, name: str, holder: str, *, ttl: float) -> RedisLease:
+        """A key with a deadline the server keeps (``SET NX PX``), a counter for its fencing
+        tokens, and a script that sends a message under it once (see :mod:`.election`)."""
+        from .election import RedisLease
+
+        return RedisLease(self.url, self.scheme == "sentinel", self.connection_options(), name, holder, ttl)
+
+    def record_table(self, name: str) -> RedisRecords:
+        """A hash and its version counter."""
+        from .election import RedisRecords
+
+        return RedisRecords(self.url, self.scheme == "sentinel", self.connection_options(), name)
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
@@ -119,3 +141,5 @@ if TYPE_CHECKING:
     _ACKS: type[AcksSurviveReconnect] = RedisTransport
     _COUNTS: type[CountsDeliveries] = RedisTransport
     _FANOUT: type[FansOutEvents] = RedisTransport
+    _ELECTS: type[ElectsLeaders] = RedisTransport
+    _RECORDS: type[KeepsRecords] = RedisTransport

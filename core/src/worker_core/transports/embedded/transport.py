@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from ... import Settings
-    from ...slots import CountsDeliveries, OffersResultBackend, Transport
+    from ...slots import CountsDeliveries, ElectsLeaders, KeepsRecords, OffersResultBackend, Transport
+    from .leases import EmbeddedLease, EmbeddedRecords
 
 __all__ = ["OPTIONS", "EmbeddedTransport"]
 
@@ -117,9 +118,24 @@ class EmbeddedTransport:
             )
         return channel.store.count(key, expires)
 
+    def lease(self, name: str, holder: str, *, ttl: float) -> EmbeddedLease:
+        """A row of the file: holder, fencing token and deadline (the machine's clock); a message
+        sent under it is written in the transaction that checks it (see :mod:`.leases`)."""
+        from .leases import EmbeddedLease
+
+        return EmbeddedLease(self.url, self.connection_options()["transport_options"], name, holder, ttl)
+
+    def record_table(self, name: str) -> EmbeddedRecords:
+        """A table of records in the file."""
+        from .leases import EmbeddedRecords
+
+        return EmbeddedRecords(self.url, self.connection_options()["transport_options"], name)
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
     _TRANSPORT: type[Transport] = EmbeddedTransport
     _DEFAULT_BACKEND: type[OffersResultBackend] = EmbeddedTransport
     _COUNTS: type[CountsDeliveries] = EmbeddedTransport
+    _ELECTS: type[ElectsLeaders] = EmbeddedTransport
+    _RECORDS: type[KeepsRecords] = EmbeddedTransport
