@@ -38,7 +38,7 @@ from ..exceptions import ConfigurationError, LeaseLost
 from ..slots import ElectsLeaders, KeepsRecords, Lease, RecordTable, SendsOnce, Transport
 from .proxy import proxied
 
-__all__ = ["CHECKS", "TTL", "Check", "check_name", "run_all"]
+__all__ = ["CHECKS", "SLACK", "TTL", "Check", "check_name", "run_all"]
 
 #: the leases' ttl in the checks (RabbitMQ's leases last two seconds or more)
 TTL = 2.0
