@@ -374,5 +374,5 @@ def test_a_plus_is_not_split_for_slots_chosen_by_name() -> None:
 def test_the_testing_package_exports_the_four_contract_suites() -> None:
     import worker_core.testing
 
-    assert worker_core.testing.__all__ == ["JobProbe", "PoolRunner", "jobs", "lease_contract", "pool_contract",
-                                           "result_backend_contract", "transport_contract"]
+    assert worker_core.testing.__all__ == ["JobProbe", "PoolRunner", "jobs", "lease_contract",
+                                           "pool_contract", "result_backend_contract", "transport_contract"]

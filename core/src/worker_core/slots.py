@@ -1219,7 +1219,8 @@ REQUIRED: Mapping[str, type] = {
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
-                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders, KeepsRecords),
+                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders,
+                  KeepsRecords),
     "loop": (),
     "autoscaler": (),
     "failover": (),
