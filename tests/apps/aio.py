@@ -123,10 +123,27 @@ async def block_loop(seconds):
     return "blocked"
 
 
-@app.task(acks_late=True)
-async def long_once(path, seconds):
-    """Appends one line per run to ``path`` (to count runs), then awaits ``seconds``."""
+@app.task(bind=True, acks_late=True)
+async def long_once(self, path, seconds):
+    """Appends its id to ``path`` once per run (to count runs), then awaits ``seconds``."""
     with open(path, "a") as file:
-        file.write(f"{os.getpid()}\n")
+        file.write(f"{self.request.id}\n")
     await asyncio.sleep(seconds)
     return "done"
+
+
+@app.task
+async def cancellable(started, marker, seconds=30.0):
+    """Awaits until cancelled, and writes ``marker`` as it unwinds."""
+    Path(started).touch()
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        Path(marker).touch()
+        raise
+    return "not cancelled"
+
+
+@app.task
+async def pid():
+    return os.getpid()
