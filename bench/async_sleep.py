@@ -46,15 +46,15 @@ def command(kind: str, concurrency: int, processes: int) -> list[str]:
     py = sys.executable
     if kind == "worker":
         extra = ["--asyncio-processes", str(processes)] if processes > 1 else []
-        return [py, "-m", "worker_core", "worker", "-A", "sleep_worker_app", "-P", "asyncio", "-c", str(concurrency),
-                "-Q", QUEUE, "-l", "WARNING", "--without-heartbeat", *extra]
+        return [py, "-m", "worker_core", "worker", "-A", "sleep_worker_app", "-P", "asyncio",
+                "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-heartbeat", *extra]
     if kind.startswith("celery"):
         return [py, "-m", "celery", "-A", "sleep_celery_app", "worker", "-P", kind.split("-")[1], "-c",
                 str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat"]
     if kind == "taskiq":
-        return [py, "-m", "taskiq", "worker", "sleep_taskiq_app:broker", "--workers", "1", "--max-async-tasks",
-                str(concurrency), "--log-level", "WARNING"]
+        return [py, "-m", "taskiq", "worker", "sleep_taskiq_app:broker", "--workers", "1",
+                "--max-async-tasks", str(concurrency), "--log-level", "WARNING"]
     saq = shutil.which("saq", path=str(Path(sys.executable).parent)) or "saq"
     return [saq, "sleep_saq_app.settings", "--workers", "1", "--quiet"]
 
@@ -85,7 +85,8 @@ async def _enqueue_async(kind: str, tasks: int, seconds: float) -> None:
 
         await sleep_taskiq_app.broker.startup()
         for start in range(0, tasks, 500):
-            await asyncio.gather(*(sleep_taskiq_app.sleep1.kiq(seconds) for _ in range(start, min(start + 500, tasks))))
+            batch = range(start, min(start + 500, tasks))
+            await asyncio.gather(*(sleep_taskiq_app.sleep1.kiq(seconds) for _ in batch))
         await sleep_taskiq_app.broker.shutdown()
         return
     import sleep_saq_app
@@ -154,9 +155,9 @@ def measure(kind: str, args: argparse.Namespace, work: Path) -> dict[str, float]
             kill_tree(process)
     ideal = args.tasks * args.seconds / args.concurrency
     wall = last - first
-    return {"wall": wall, "ideal_pct": ideal / wall * 100, "cpu_ms": (cpu_last - cpu_first) / args.tasks * 1000,
-            "peak": peak, "idle": idle, "per_task_kib": max(peak - idle, 0.0) * 1024 / args.concurrency,
-            "in_flight": in_flight}
+    return {"wall": wall, "ideal_pct": ideal / wall * 100,
+            "cpu_ms": (cpu_last - cpu_first) / args.tasks * 1000, "peak": peak, "idle": idle,
+            "per_task_kib": max(peak - idle, 0.0) * 1024 / args.concurrency, "in_flight": in_flight}
 
 
 def main() -> None:
@@ -179,14 +180,15 @@ def main() -> None:
     ideal = args.tasks * args.seconds / args.concurrency
     print(f"\n{args.tasks} tasks of {args.seconds:g} s at concurrency {args.concurrency} in one process "
           f"(ideal {ideal:.1f} s); logs in {work}\n")
-    print("| contender | wall s | % of ideal | CPU/task ms | peak PSS MiB | KiB per concurrent task | most in flight |")
+    print("| contender | wall s | % of ideal | CPU/task ms | peak PSS MiB | KiB per concurrent task "
+          "| most in flight |")
     print("|---|---|---|---|---|---|---|")
     for kind, row in results.items():
         if isinstance(row, str):
             print(f"| {kind} | failed: {row} |||||")
             continue
-        print(f"| {kind} | {row['wall']:.2f} | {row['ideal_pct']:.0f} % | {row['cpu_ms']:.3f} | {row['peak']:.1f} | "
-              f"{row['per_task_kib']:.1f} | {row['in_flight']:.0f} |")
+        print(f"| {kind} | {row['wall']:.2f} | {row['ideal_pct']:.0f} % | {row['cpu_ms']:.3f} "
+              f"| {row['peak']:.1f} | {row['per_task_kib']:.1f} | {row['in_flight']:.0f} |")
 
 
 if __name__ == "__main__":

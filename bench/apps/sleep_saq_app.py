@@ -16,4 +16,5 @@ async def sleep1(ctx, *, seconds):
     sleep_marks.done()
 
 
-settings = {"queue": queue, "functions": [sleep1], "concurrency": int(os.environ.get("BENCH_CONCURRENCY", "10"))}
+settings = {"queue": queue, "functions": [sleep1],
+            "concurrency": int(os.environ.get("BENCH_CONCURRENCY", "10"))}

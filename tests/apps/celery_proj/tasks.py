@@ -26,6 +26,15 @@ def add(x, y):
 
 
 @app.task(bind=True)
+async def async_add(self, x, y):
+    """An ``async def`` Celery task: run to completion where the pool runs it."""
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    return {"sum": x + y, "id": self.request.id}
+
+
+@app.task(bind=True)
 def whoami(self):
     request = self.request
     return {"id": request.id, "task": request.task, "hostname": request.hostname, "retries": request.retries,

@@ -366,6 +366,14 @@ class App:
         ``exchange`` and ``routing_key``, the default queue), as Celery's router decides."""
         return self._routing_for()[2].route(name, queue, exchange, routing_key, args, kwargs, options)
 
+    async def asend_task(self, name: str, args: Sequence[Any] | None = None,
+                         kwargs: Mapping[str, Any] | None = None, **options: Any) -> _AsyncResult:
+        """:meth:`send_task` from async code, without blocking the event loop (the send runs in
+        the app's sending thread): ``result = await app.asend_task("proj.add", (2, 3))``."""
+        from .awaiting import client_of
+
+        return await client_of(self).call(self.send_task, name, args, kwargs, **options)
+
     def send_task(
         self,
         name: str,
@@ -634,7 +642,11 @@ class App:
         self._signer = None  # the settings may name other files now
 
     def close(self) -> None:
-        """Release this thread's broker connection and the result backend."""
+        """Release this thread's broker connection and the result backend (and the threads of
+        the async client, :meth:`asend_task`)."""
+        from .awaiting import close_client
+
+        close_client(self)
         self._reset_connections()
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..results.meta import FAILURE, PROPAGATE_STATES, READY_STATES, SUCCESS, decode_result
@@ -63,6 +63,22 @@ class AsyncResult:
         return value
 
     wait = get
+
+    async def aget(self, timeout: float | None = None, propagate: bool = True, interval: float = 0.5,
+                   follow_parents: bool = True) -> Any:
+        """:meth:`get` from async code: waits for the result without blocking the event loop
+        (``await result`` does the same with the defaults)."""
+        from .awaiting import client_of
+
+        client = client_of(self.app)
+        if follow_parents and propagate and self.parent is not None:
+            await client.call(lambda: [node.maybe_throw() for node in reversed(list(self._parents()))])
+        if self._ready_meta is None:
+            self._ready_meta = await client.wait(self.id, timeout, interval)
+        return self.get(timeout=0, propagate=propagate, follow_parents=False)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.aget().__await__()
 
     def _parents(self) -> Iterator[AsyncResult | GroupResult]:
         node = self.parent

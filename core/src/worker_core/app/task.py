@@ -505,6 +505,19 @@ class Task:
             task_id=task_id, **options,
         )
 
+    async def adelay(self, *args: Any, **kwargs: Any) -> AsyncResult:
+        """:meth:`delay` from async code: ``await add.adelay(2, 3)`` sends without blocking the
+        event loop (the send runs in the app's sending thread)."""
+        return await self.aapply_async(args, kwargs)
+
+    async def aapply_async(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
+                           **options: Any) -> AsyncResult:
+        """:meth:`apply_async` from async code, without blocking the event loop; then ``await
+        result.aget(timeout=...)``."""
+        from .awaiting import client_of
+
+        return await client_of(self.app).call(self.apply_async, args, kwargs, **options)
+
     def AsyncResult(self, task_id: str) -> AsyncResult:
         return self.app.AsyncResult(task_id)
 

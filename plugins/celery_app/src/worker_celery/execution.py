@@ -10,6 +10,8 @@ acknowledges and sends events; the tracer has stored the result already.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
 from time import monotonic
@@ -19,6 +21,7 @@ from celery import states
 from celery.app import trace
 from celery.exceptions import Reject
 
+from worker_core.aio import run_coroutine
 from worker_core.protocol import parse_iso, safe_repr, utcnow
 
 from .results import atomic_backend_for
@@ -83,8 +86,32 @@ def prepare_process() -> None:
     for name, task in app.tasks.items():
         if atomic is not None and task.backend is app.backend:  # not a task with a backend of its own
             task.backend = atomic
-        task.__trace__ = trace.build_tracer(name, task, app.loader, _hostname, app=app)
+        task.__trace__ = _build_tracer(name, task, app)
     _prepared_pid = os.getpid()
+
+
+def _build_tracer(name: str, task: Any, app: Celery) -> Any:
+    """Celery's tracer of ``task``, once an ``async def`` task is made to run to completion."""
+    _run_to_completion(task)
+    return trace.build_tracer(name, task, app.loader, _hostname, app=app)
+
+
+def _run_to_completion(task: Any) -> None:
+    """In the process that runs tasks, an ``async def`` task's body becomes a function that runs
+    its coroutine to completion on this thread's loop (:func:`worker_core.aio.run_coroutine`),
+    so Celery's tracer stores, hands on and logs its value, not a coroutine. The body Celery's
+    ``autoretry_for`` wraps (``_orig_run``) is the one made so, when there is one, so that the
+    coroutine's exceptions reach the retry."""
+    attribute = "_orig_run" if inspect.iscoroutinefunction(getattr(task, "_orig_run", None)) else "run"
+    body = getattr(task, attribute)
+    if not inspect.iscoroutinefunction(body):
+        return
+
+    @functools.wraps(body)
+    def run_to_completion(*args: Any, **kwargs: Any) -> Any:
+        return run_coroutine(body(*args, **kwargs))
+
+    setattr(task, attribute, run_to_completion)
 
 
 class _TraceLines(logging.Filter):
@@ -116,7 +143,7 @@ def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], k
     tracer = task.__trace__
     try:
         if tracer is None:
-            tracer = task.__trace__ = trace.build_tracer(name, task, app.loader, _hostname, app=app)
+            tracer = task.__trace__ = _build_tracer(name, task, app)
         retval, info, runtime, shown = tracer(task_id, args, kwargs, request)
     except Reject as exc:  # raised out of the tracer (a handler, or a redelivered duplicate)
         return ("reject", monotonic() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
