@@ -1,4 +1,5 @@
-"""The example plugin in examples/plugin passes the pool contract suite shipped in the core."""
+"""The example plugin in examples/plugin: its pool passes the pool contract suite shipped in the core, and
+its remote-control command answers workerctl and Celery's client."""
 
 from __future__ import annotations
 
@@ -25,3 +26,57 @@ def test_the_example_pool_refuses_time_limits():
 
     with pytest.raises(ConfigurationError, match="cannot enforce time limits"):
         TimedPool.check_options(PoolOptions(concurrency=1, time_limit=5))
+
+
+# -- its remote-control command, end to end --------------------------------------------------------
+
+
+@pytest.fixture
+def liveness_worker(site, workers, tmp_path, redis_url):
+    """A worker with the example plugin installed and a liveness file, on Redis."""
+    import shutil
+
+    from apps import basic
+    from conftest import REPO as repo
+    from workers import TESTS, wait_for
+
+    from worker_core.control.client import broadcast
+
+    source = repo / "examples" / "plugin" / "src" / "worker_liveness"
+    shutil.copytree(source, site.root / "worker_liveness")
+    site.add("worker-liveness", {"worker.plugins": {"liveness": "worker_liveness.plugin"}})
+    site.modules.add("worker_liveness")
+    path = tmp_path / "alive"
+    worker = workers.start("--liveness-file", str(path), "--liveness-interval", "0.5", broker=redis_url,
+                           env={"PYTHONPATH": f"{site.root}:{TESTS}"})
+    basic.app.conf.update(broker_url=redis_url, result_backend=None)
+    wait_for(lambda: broadcast(basic.app, "ping", destination=[worker.name], timeout=0.5), timeout=20,
+             message="the worker to answer a ping")
+    yield worker, path
+    basic.app.close()
+
+
+def test_the_example_plugins_command_answers_workerctl_and_celerys_client(liveness_worker, redis_url):
+    import json
+
+    from celery import Celery
+    from click.testing import CliRunner
+
+    from worker_core.cli.group import main
+
+    worker, path = liveness_worker
+    result = CliRunner().invoke(main, ["inspect", "liveness", "30", "-b", redis_url, "-d", worker.name,
+                                       "--json", "-t", "5"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    reply = json.loads(result.stdout)[worker.name]
+    assert reply["file"] == str(path) and 0 <= reply["age"] < 30 and reply["stale"] is False
+    refused = CliRunner().invoke(main, ["inspect", "liveness", "soon", "-b", redis_url])
+    assert refused.exit_code == 2 and "Invalid value for MAX_AGE: must be a number (got 'soon')" in refused.output
+    wrong_kind = CliRunner().invoke(main, ["control", "liveness", "-b", redis_url])
+    assert "liveness reads the worker's state: send it with workerctl inspect liveness" in wrong_kind.output
+    celery = Celery("client", broker=redis_url)
+    try:
+        answers = celery.control.inspect(destination=[worker.name], timeout=5)._request("liveness", max_age=-1)
+    finally:
+        celery.close()
+    assert answers[worker.name]["stale"] is True and answers[worker.name]["file"] == str(path)

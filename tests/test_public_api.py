@@ -17,6 +17,7 @@ PUBLIC = [
     "App",
     "AsyncResult",
     "Condition",
+    "ControlCommand",
     "GroupResult",
     "OptionSpec",
     "Request",
@@ -50,7 +51,7 @@ def test_the_exported_names_are_exactly_the_pinned_ones() -> None:
 HOMES = {
     "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
     "GroupResult": "app.groupresult", "ResultSet": "app.groupresult",
-    "Condition": "bootsteps", "Step": "bootsteps",
+    "Condition": "bootsteps", "Step": "bootsteps", "ControlCommand": "control.command",
     "Signature": "canvas", "chain": "canvas", "chord": "canvas", "chunks": "canvas", "group": "canvas",
     "maybe_signature": "canvas", "signature": "canvas", "xmap": "canvas", "xstarmap": "canvas",
     "ResultTimeout": "exceptions",

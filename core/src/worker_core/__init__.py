@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .app.groupresult import GroupResult, ResultSet
     from .bootsteps import Condition, Step
     from .canvas import Signature, chain, chord, chunks, group, maybe_signature, signature, xmap, xstarmap
+    from .control.command import ControlCommand
     from .exceptions import ResultTimeout
     from .hookspecs import hookimpl
     from .options import OptionSpec, WorkerOptions
@@ -46,6 +47,7 @@ __all__ = [
     "App",
     "AsyncResult",
     "Condition",
+    "ControlCommand",
     "GroupResult",
     "OptionSpec",
     "Request",
@@ -76,7 +78,7 @@ __all__ = [
 _HOME = {
     "App": "app", "AsyncResult": "app", "Settings": "app", "Task": "app",
     "GroupResult": "app.groupresult", "ResultSet": "app.groupresult",
-    "Condition": "bootsteps", "Step": "bootsteps",
+    "Condition": "bootsteps", "Step": "bootsteps", "ControlCommand": "control.command",
     "Signature": "canvas", "chain": "canvas", "chord": "canvas", "chunks": "canvas", "group": "canvas",
     "maybe_signature": "canvas", "signature": "canvas", "xmap": "canvas", "xstarmap": "canvas",
     "ResultTimeout": "exceptions",

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .plugins.hooks import Hooks
 
 __all__ = ["Outcome", "aexecute", "execute", "install", "process_finalizer", "process_initializer",
-           "request_mapping"]
+           "reject_reason", "request_mapping"]
 
 logger = logging.getLogger("worker.execution")
 
@@ -216,7 +216,7 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
             return ("ignored", perf_counter() - started)
         except Reject as exc:
             _postrun(hooks, task, task_id, args, kwargs, exc, "REJECTED", context)
-            return ("reject", perf_counter() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+            return ("reject", perf_counter() - started, bool(exc.requeue), reject_reason(exc.reason))
         except Exception as exc:
             runtime = perf_counter() - started
             text = traceback.format_exc()
@@ -265,6 +265,12 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
         return ("success", runtime, safe_repr(retval, 300) if log_result else None)
     finally:
         pop()
+
+
+def reject_reason(reason: object) -> str:
+    """A ``Reject``'s reason as the worker's main process gets it: the text given, else its
+    repr, bounded (it is stored with the FAILURE of a message rejected for good)."""
+    return reason[:200] if isinstance(reason, str) else safe_repr(reason, 200)
 
 
 def _label(context: TaskContext) -> str:

@@ -130,14 +130,18 @@ def worker_validate_options(options: WorkerOptions) -> None:
 
 @hookspec
 def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
-    """Contribute remote-control commands (``workerctl control NAME``).
+    """Contribute remote-control commands (``workerctl inspect NAME`` / ``workerctl control NAME``,
+    Celery's ``app.control.inspect()._request(NAME)`` / ``app.control.broadcast(NAME)``).
 
     Called in the main process before the worker starts (the allow-list is checked against
-    them) and when the Control step starts; the handlers run in the loop thread.
+    them), when the Control step starts, and by ``workerctl inspect``/``control`` to parse a
+    command that is not built in; the handlers run in the loop thread.
 
-    :return: a mapping of command name to a callable ``handler(worker, **arguments) -> reply``.
-        Names must not collide with another plugin's or with ``inspect``/``control``; a
-        collision is an error naming both.
+    :return: a list of :class:`worker_core.ControlCommand` (name, handler, kind ``inspect`` or
+        ``control``, typed arguments, help), or a mapping of command name to a callable
+        ``handler(worker, **arguments) -> reply`` (a ``control`` command without arguments on the
+        command line). Names must not collide with another plugin's, a built-in command's or
+        ``inspect``/``control``; a collision is an error naming both.
 
     Not first-result: every plugin's result is gathered, with the plugin that returned it.
     """

@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 from .app.context import TaskContext
 from .app.handlers import ExceptionInfo, call_in_main_process
-from .exceptions import JobWithdrawn, PoolError, Retry, TaskRevokedError, TimeLimitExceeded, WorkerLostError
+from .exceptions import (
+    JobWithdrawn,
+    PoolError,
+    Reject,
+    Retry,
+    TaskRevokedError,
+    TimeLimitExceeded,
+    WorkerLostError,
+)
 from .execution import execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
 from .protocol.headers import PROTOCOL_HEADERS, carried_count
@@ -102,6 +110,16 @@ class Request:
         return f"{shown(self.envelope.shadow or self.name)}[{shown(self.id, 100)}]"
 
     # -- facts ---------------------------------------------------------------------------------
+
+    @property
+    def stamps(self) -> dict[str, Any]:
+        """Celery's stamps on the message: each header ``stamped_headers`` names, with its value
+        from ``stamps`` (what ``revoke_by_stamped_headers`` matches)."""
+        headers = self.envelope.headers
+        names, values = headers.get("stamped_headers"), headers.get("stamps")
+        if not names or not isinstance(names, (list, tuple)) or not isinstance(values, Mapping):
+            return {}
+        return {name: values.get(name) for name in names if isinstance(name, str)}
 
     def delivery_info(self) -> dict[str, Any]:
         info = self.message.delivery_info or {}
@@ -230,11 +248,22 @@ class Request:
         elif kind == "reject":
             requeue, reason = outcome[2], outcome[3]
             logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
+            if not requeue:
+                self._fail_rejected(reason, outcome[1])
             consumer.notify("task_rejected", request=self, reason=reason, requeue=requeue)
             self.reject(requeue=requeue, reason=f"the task rejected it: {reason}")
         else:  # ignored
             self._ack_late()
         consumer.reservations.task_done(self)
+
+    def _fail_rejected(self, reason: str, runtime: float) -> None:
+        """A message its task rejected without requeueing never runs again: as Celery 5.7 does,
+        its result is FAILURE (the task's ``Reject``), its errbacks run, its chord counts it."""
+        error = Reject(reason, False)
+        self.store(encode_exception(error), FAILURE, None)
+        self.follow(FAILURE, error, None)
+        self.consumer.notify("task_failed", request=self, exc_type="Reject", exc_message=str(error),
+                             runtime=runtime, exception=safe_repr(error), traceback="")
 
     def on_error(self, exc: BaseException) -> None:
         self.consumer.inbox.call(self._error, exc)
@@ -317,13 +346,14 @@ class Request:
         else:
             logger.error("Hard time limit (%ss) exceeded for %s", _seconds(seconds), self.label)
 
-    def revoke(self, reason: str) -> None:
-        """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked)."""
-        self.discard(reason)
+    def revoke(self, reason: str, *, why: str = "") -> None:
+        """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked);
+        ``why`` replaces the reason in the log line (``revoked by header: ...``)."""
+        self.discard(reason, why=why)
         self.consumer.reservations.task_done(self, started=False)
 
-    def discard(self, reason: str) -> None:
-        logger.info("Discarding revoked task: %s (%s)", self.label, reason)
+    def discard(self, reason: str, *, why: str = "") -> None:
+        logger.info("Discarding revoked task: %s (%s)", self.label, why or reason)
         self._mark_revoked(reason)
 
     def _mark_revoked(self, reason: str) -> None:

@@ -16,7 +16,7 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
 :class:`DelaysOnBroker`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`SuccessIsFinal`,
 :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`,
-:class:`BackendCountsDeliveries`): a plugin offers
+:class:`BackendCountsDeliveries`, :class:`RestartsProcesses`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -65,6 +65,7 @@ __all__ = [
     "Lease",
     "LeaseState",
     "LeasesMessages",
+    "ListsConfiguration",
     "LoopContext",
     "OffersResultBackend",
     "ParksMessages",
@@ -73,6 +74,7 @@ __all__ = [
     "PoolOptions",
     "RecordTable",
     "RepliesToSender",
+    "RestartsProcesses",
     "ResultBackend",
     "SavesGroups",
     "SendsOnce",
@@ -297,6 +299,21 @@ class StopsOneJob(Protocol):
         """Stop the running job ``apply_async`` returned ``handle`` for (``signal`` as
         :meth:`Pool.terminate_job` takes it: what it means is the pool's to document); raise
         ``PoolError`` when it runs nowhere (not started, or finished)."""
+
+
+@runtime_checkable
+class RestartsProcesses(Protocol):
+    """A pool that can replace every one of its processes (Celery's ``pool_restart``).
+
+    The remote ``pool_restart`` command calls :meth:`restart` (only with ``worker_pool_restarts``
+    on, as in Celery), after importing or reloading the task modules in the worker's process, so
+    the new processes run the new code. Without it, ``pool_restart`` answers that this pool cannot
+    restart.
+    """
+
+    def restart(self) -> None:
+        """Replace every process: each finishes the jobs it was given, then exits, and a new one
+        takes its place; returns at once."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1200,6 +1217,19 @@ class ForeignApp(Protocol):
         framework's configuration says beyond them (the queues to consume, ...)."""
 
 
+@runtime_checkable
+class ListsConfiguration(Protocol):
+    """An adapted app whose framework keeps a configuration of its own (a Celery app's
+    ``app.conf``): ``inspect conf`` and ``inspect report`` list that configuration, as the
+    framework's own worker would, instead of this project's settings alone."""
+
+    def configuration(self, with_defaults: bool) -> Mapping[str, Any]:
+        """The configuration as the framework's worker lists it: the values set (every one
+        ``with_defaults``), the settings of this worker that the framework lacks, and where the
+        worker runs with another value than the framework's configuration says (a command-line
+        option, a ``WORKER_*`` variable), the worker's; JSON-able, secrets hidden."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Which Protocols belong to which slot
 # ---------------------------------------------------------------------------------------------
@@ -1217,7 +1247,8 @@ REQUIRED: Mapping[str, type] = {
 
 #: The optional capabilities each slot's implementations may offer.
 CAPABILITIES: Mapping[str, tuple[type, ...]] = {
-    "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob),
+    "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob,
+             RestartsProcesses),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
                   FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders,
                   KeepsRecords),

@@ -354,6 +354,8 @@ class Settings:
     worker_send_task_events: bool = attrs.field(default=False, validator=_check(bool))
     #: file that keeps the revoked task ids across restarts (``--statedb``)
     worker_state_db: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: answer the remote ``pool_restart`` command (off by default, as in Celery)
+    worker_pool_restarts: bool = attrs.field(default=False, validator=_check(bool))
     #: ignore every task's ``rate_limit``
     worker_disable_rate_limits: bool = attrs.field(default=False, validator=_check(bool))
     #: answer remote-control commands at all (off: no control queue, no replies), as in Celery

@@ -250,6 +250,22 @@ class Task:
             raise ConfigurationError(f"rate_limit: {exc}") from None
         self._rate_limit = value
 
+    @property
+    def module(self) -> str:
+        """The module that defines the task's body (the one remote ``pool_restart`` reloads)."""
+        module = getattr(self.fun, "__module__", None)
+        return module if isinstance(module, str) else type(self).__module__
+
+    def info_item(self, name: str) -> Any:
+        """The attribute ``name`` as ``inspect registered`` shows it next to the task's name
+        (Celery's task info items: ``rate_limit``, ``acks_late``, ...); None when the task has
+        no such value, or it is a method."""
+        try:
+            value = getattr(self, name, None)
+        except Exception:
+            return None
+        return None if callable(value) else value
+
     # -- options that follow the app's settings while they are None ---------------------------
 
     acks_late: FollowsSetting[bool] = FollowsSetting("task_acks_late")

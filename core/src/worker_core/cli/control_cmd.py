@@ -3,21 +3,20 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
 
+from ..control.command import ArgumentError
+from ..control.command import ControlCommand as Command
 from ..control.commands import BUILTIN_COMMANDS, signal_number
 from ..exceptions import WorkerError
-from ..options import parse_autoscale
+from ..options import did_you_mean, parse_autoscale
 from ..rates import parse_rate
 from .common import client_app, fail
 
 __all__ = ["control", "inspect"]
-
-INSPECT = sorted(name for name, c in BUILTIN_COMMANDS.items() if c.kind == "inspect")
-CONTROL = sorted(name.replace("_", "-") for name, c in BUILTIN_COMMANDS.items() if c.kind == "control")
 
 
 def _show(replies: Sequence[dict[str, Any]], as_json: bool) -> None:
@@ -63,90 +62,97 @@ def _common(func: Any) -> Any:
         click.option("-t", "--timeout", type=click.FloatRange(min=0, min_open=True), default=1.0,
                      show_default=True,
                      help="Seconds to wait for replies."),
-        click.option("--json", "as_json", is_flag=True, help="Print the replies as one JSON object."),
+        click.option("-j", "--json", "as_json", is_flag=True, help="Print the replies as one JSON object."),
     ]):
         func = decorator(func)
     return func
 
 
-def _arguments(command: str, words: tuple[str, ...]) -> dict[str, Any]:
-    """The command's arguments from the words after its name: whole numbers, except the text
-    ones; a variadic argument takes the rest, as a list."""
-    spec = BUILTIN_COMMANDS[command.replace("-", "_")]
-    words_wanted = [a.upper() for a in spec.args] + ([f"{spec.variadic.upper()}..."] if spec.variadic else [])
-    usage = " ".join(words_wanted)
-    if len(words) > len(spec.args) and not spec.variadic:
-        raise click.UsageError(f"{command} takes {len(spec.args)} argument(s): {usage or 'none'}")
-    if spec.variadic and len(words) <= len(spec.args):
-        example = _EXAMPLES.get(spec.name, usage)
-        raise click.UsageError(f"{command} takes {usage}, for example: {command} {example}")
-    values: dict[str, Any] = {}
-    for key, text in zip(spec.args, words, strict=False):
-        if key in spec.text_args:
-            values[key] = text
-            continue
-        if key in spec.float_args:
-            try:
-                values[key] = float(text)
-            except ValueError:
-                raise click.BadParameter(f"must be a number (got {text!r})", param_hint=key.upper()) from None
-            continue
+def _spec(kind: str, command: str) -> Command:
+    """The command named ``command`` (``-`` or ``_`` between words): a built-in one, else one a
+    plugin installed here declares."""
+    name = command.replace("-", "_")
+    commands: Mapping[str, Command] = BUILTIN_COMMANDS
+    if name not in commands:
+        from ..control.access import all_commands
+        from ..plugins.manager import PluginManager
+
         try:
-            values[key] = int(text)
-        except ValueError:
-            raise click.BadParameter(
-                f"must be a whole number (got {text!r})", param_hint=key.upper()
-            ) from None
-    if spec.variadic:
-        values[spec.variadic] = list(words[len(spec.args):])
-    return values
+            commands = all_commands(PluginManager())
+        except WorkerError as exc:
+            raise fail(exc) from None
+    spec = commands.get(name)
+    if spec is None:
+        known = sorted(known for known, spec in commands.items() if spec.kind == kind and not spec.hidden)
+        raise click.UsageError(
+            f"no {kind} command {command!r}.{did_you_mean(name, known)} The {kind} commands are: "
+            f"{', '.join(known)} (a plugin's command is known here once its plugin is installed)")
+    if spec.kind != kind:
+        how = "changes the worker" if spec.kind == "control" else "reads the worker's state"
+        raise click.UsageError(f"{spec.name} {how}: send it with workerctl {spec.kind} {spec.name}")
+    return spec
+
+
+def _arguments(spec: Command, words: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        return spec.parse(words)
+    except ArgumentError as exc:
+        raise click.BadParameter(exc.why, param_hint=exc.argument) from None
+    except ValueError as exc:
+        example = _EXAMPLES.get(spec.name)
+        hint = f"; for example: {spec.name} {example}" if example else ""
+        raise click.UsageError(f"{exc}{hint}") from None
 
 
 _EXAMPLES = {
     "revoke": "d9078da5-9915-40a0-bfa1-392c7bde42ed",
     "terminate": "KILL d9078da5-9915-40a0-bfa1-392c7bde42ed",
     "query_task": "d9078da5-9915-40a0-bfa1-392c7bde42ed",
+    "revoke_by_stamped_headers": "mtask_id=d9078da5-9915-40a0-bfa1-392c7bde42ed",
+    "autoscale": "10 3",
+    "time_limit": "proj.tasks.report 60 120",
+    "rate_limit": "proj.tasks.send_mail 10/m",
+    "add_consumer": "emails",
+    "cancel_consumer": "emails",
 }
 
 
-@click.command()
-@click.argument("command", type=click.Choice(INSPECT))
+def _listing(kind: str) -> str:
+    """The commands of ``kind`` for ``--help``: each with its arguments and what it does."""
+    specs = sorted((spec for spec in BUILTIN_COMMANDS.values() if spec.kind == kind and not spec.hidden),
+                   key=lambda spec: spec.name)
+    lines = [f"{spec.name} {spec.usage}".rstrip() + f": {spec.help}" for spec in specs]
+    return "\n\n".join(lines)
+
+
+@click.command(help="Ask workers about their state with COMMAND [ARGUMENTS]... (a plugin's inspect "
+                    "commands too, once its plugin is installed here):\n\n" + _listing("inspect"))
+@click.argument("command")
 @click.argument("arguments", nargs=-1)
 @_common
 def inspect(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """Ask workers about their state: ping, stats, active, reserved, scheduled, registered,
-    active_queues, revoked, conf, query_task ID..."""
-    _run(app_spec, broker, command, _arguments(command, arguments), destination, timeout, as_json)
+    spec = _spec("inspect", command)
+    _run(app_spec, broker, spec.name, _arguments(spec, arguments), destination, timeout, as_json)
 
 
-@click.command()
-@click.argument("command", type=click.Choice(CONTROL + [c.replace("-", "_") for c in CONTROL]))
+@click.command(help="Change workers with COMMAND [ARGUMENTS]... (also with - between words: "
+                    "rate-limit; a plugin's control commands too, once its plugin is installed "
+                    "here):\n\n" + _listing("control"))
+@click.argument("command")
 @click.argument("arguments", nargs=-1)
 @_common
 def control(command: str, arguments: tuple[str, ...], app_spec: str | None, broker: str | None,
             destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    """Change workers: autoscale MAX MIN, pool-grow N, pool-shrink N, rate-limit TASK RATE,
-    time-limit TASK SOFT [HARD], add-consumer QUEUE, cancel-consumer QUEUE, revoke ID...,
-    terminate SIGNAL ID..., enable-events, disable-events, heartbeat, shutdown."""
-    name = command.replace("-", "_")
-    values = _arguments(command, arguments)
-    if name == "autoscale" and "max" not in values:
-        raise click.UsageError("autoscale takes MAX and optionally MIN, for example: control autoscale 10 3")
+    spec = _spec("control", command)
+    name = spec.name
+    values = _arguments(spec, arguments)
     if name == "autoscale":
         try:
             parse_autoscale(f"{values['max']},{values.get('min', 0)}")
         except WorkerError as exc:
             raise fail(exc) from None
-    if name in ("add_consumer", "cancel_consumer") and "queue" not in values:
-        raise click.UsageError(f"{command} takes a QUEUE, for example: control {command} emails")
-    if name == "time_limit" and len(values) < 2:
-        raise click.UsageError("time-limit takes TASK_NAME SOFT [HARD] in seconds, for example: control "
-                               "time-limit proj.tasks.report 60 120")
     if name == "rate_limit":
-        if len(values) < 2:
-            raise click.UsageError("rate-limit takes TASK_NAME and RATE, for example: control rate-limit "
-                                   "proj.tasks.send_mail 10/m (0 lifts the limit)")
         try:
             parse_rate(values["rate_limit"])
         except ValueError as exc:
@@ -156,6 +162,6 @@ def control(command: str, arguments: tuple[str, ...], app_spec: str | None, brok
             signal_number(values["signal"])
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="SIGNAL") from None
-    if values.get("n", 1) < 1:
+    if name in ("pool_grow", "pool_shrink") and values.get("n", 1) < 1:
         raise click.BadParameter(f"must be a whole number, 1 or more (got {values['n']})", param_hint="N")
     _run(app_spec, broker, name, values, destination, timeout, as_json)

@@ -39,6 +39,7 @@ class Reservations:
         self.consumer = consumer
         self.worker = consumer.worker
         self.revoked = consumer.worker.revoked
+        self.revoked_stamps = consumer.worker.revoked_stamps
         self.fcfs = consumer.options.scheduling == "fcfs"
         self.ready: collections.deque[Request] = collections.deque()
         self.eta_held = EtaHold(consumer.timer, self._eta_due)
@@ -70,6 +71,11 @@ class Reservations:
         if request.id in self.revoked:
             request.revoke("revoked")
             return
+        if self.revoked_stamps:
+            hit = self.revoked_stamps.match(request.stamps)
+            if hit is not None:
+                request.revoke("revoked", why=f"revoked by header: {hit}")
+                return
         consumer.notify("task_received", request=request)
         envelope = request.envelope
         if envelope.expires is not None or envelope.eta is not None:

@@ -10,7 +10,8 @@ import attrs
 
 from ..exceptions import ConfigurationError, PluginConflictError, PluginError
 from ..options import did_you_mean
-from .commands import BUILTIN_COMMANDS, Command
+from .command import ControlCommand as Command
+from .commands import BUILTIN_COMMANDS
 
 if TYPE_CHECKING:
     from ..plugins.manager import PluginManager
@@ -75,6 +76,12 @@ def all_commands(plugins: PluginManager) -> dict[str, Command]:
     commands: dict[str, Command] = dict(BUILTIN_COMMANDS)
     owners = {name: "worker-core" for name in commands}
     for contributed, provider in plugins.collect("worker_control_commands"):
+        if isinstance(contributed, (list, tuple)):
+            if not all(isinstance(command, Command) for command in contributed):
+                raise PluginError(f"plugin {provider} returned {contributed!r} from "
+                                  f"worker_control_commands; it must return ControlCommand instances, or a "
+                                  f"mapping of names to handlers")
+            contributed = {command.name: command for command in contributed}
         for name, handler in (contributed or {}).items():
             if name in GROUPS:
                 raise PluginConflictError(
@@ -86,11 +93,17 @@ def all_commands(plugins: PluginManager) -> dict[str, Command]:
                     f"control command {name!r} is provided by {owners[name]} and by plugin {provider}; "
                     f"rename one of them"
                 )
-            if not callable(handler):
+            if isinstance(handler, Command):
+                if handler.name != name:
+                    raise PluginError(f"plugin {provider} contributed control command {handler.name!r} under "
+                                      f"the name {name!r}; use one name")
+                commands[name] = handler
+            elif callable(handler):
+                commands[name] = Command(name, handler, kind="control")
+            else:
                 raise PluginError(
                     f"plugin {provider} contributed control command {name!r} that is not callable"
                 )
-            commands[name] = Command(name, handler, kind="control")
             owners[name] = str(provider)
     return commands
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import resource
 import signal as signals
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -22,34 +21,20 @@ import attrs
 from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
 from ..rates import parse_rate
-from ..redaction import redact_value
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
-from ..slots import DiscardsResults, RepliesToSender
+from ..slots import DiscardsResults, RepliesToSender, RestartsProcesses
+from .command import ControlCommand as Command
+from .configuration import conf
+from .debugging import memdump, memsample, objgraph, report
+from .stamps import revoke_by_stamped_headers
 
 if TYPE_CHECKING:
     from ..request import Request
     from ..worker.worker import Worker
 
-__all__ = ["BUILTIN_COMMANDS", "Command", "request_info", "signal_number"]
+__all__ = ["ALIASES", "BUILTIN_COMMANDS", "Command", "request_info", "signal_number"]
 
 logger = logging.getLogger("worker.control")
-
-
-@attrs.frozen
-class Command:
-    """A remote command: ``kind`` is ``inspect`` (read-only) or ``control``."""
-
-    name: str
-    handler: Callable[..., Any] = attrs.field(eq=False)
-    kind: str = "inspect"
-    help: str = ""
-    #: names of the arguments on the command line, in order (``autoscale MAX MIN``)
-    args: tuple[str, ...] = ()
-    #: which of ``args`` are text, and which numbers with a fraction (the others are whole numbers)
-    text_args: frozenset[str] = frozenset()
-    float_args: frozenset[str] = frozenset()
-    #: the argument that takes every remaining word on the command line, as a list
-    variadic: str = ""
 
 
 def ok(message: str) -> dict[str, str]:
@@ -60,13 +45,15 @@ def nok(message: str) -> dict[str, str]:
     return {"error": message}
 
 
-def request_info(request: Request) -> dict[str, Any]:
+def request_info(request: Request, safe: bool = False) -> dict[str, Any]:
+    """A request as Celery's ``Request.info()`` describes it; ``safe`` gives the arguments'
+    reprs the message carries instead of the arguments."""
     envelope = request.envelope
     return {
         "id": request.id,
         "name": request.shown_name,
-        "args": envelope.args,
-        "kwargs": envelope.kwargs,
+        "args": envelope.argsrepr if safe else envelope.args,
+        "kwargs": envelope.kwargsrepr if safe else envelope.kwargs,
         "type": request.name,
         "hostname": request.consumer.hostname,
         "time_start": request.time_start,
@@ -80,14 +67,27 @@ def ping(worker: Worker, **_celery: Any) -> dict[str, str]:
     return ok("pong")
 
 
+RUSAGE_FIELDS = ("utime", "stime", "maxrss", "ixrss", "idrss", "isrss", "minflt", "majflt", "nswap",
+                 "inblock", "oublock", "msgsnd", "msgrcv", "nsignals", "nvcsw", "nivcsw")
+
+
 def stats(worker: Worker, **_celery: Any) -> dict[str, Any]:
+    """Celery's ``stats``, with its fields' types (``clock`` a string, ``uptime`` whole seconds,
+    the broker's ``transport`` named by its URL scheme, as Celery names it), and this worker's
+    own counts beside them."""
+    from ..options import scheme_of
+
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = worker.stats()
-    info["rusage"] = {"utime": usage.ru_utime, "stime": usage.ru_stime, "maxrss": usage.ru_maxrss}
+    info["rusage"] = {field: getattr(usage, f"ru_{field}") for field in RUSAGE_FIELDS}
     info["clock"] = str(worker.clock)  # a string in Celery's reply too
+    info["uptime"] = round(info["uptime"])
     info.setdefault("autoscaler", {})
     info["autoscaler"] = info["autoscaler"] or {}
     info["pid"] = os.getpid()
+    broker = info.get("broker")
+    if isinstance(broker, dict) and isinstance(broker.get("uri"), str):
+        broker["transport"] = scheme_of(broker["uri"])  # kombu's info() gives the plugin's class
     return info
 
 
@@ -98,7 +98,7 @@ def clock(worker: Worker, **_celery: Any) -> dict[str, int]:
 
 def active(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
-    return [request_info(r) for r in consumer.reservations.active] if consumer else []
+    return [request_info(r, bool(safe)) for r in consumer.reservations.active] if consumer else []
 
 
 def reserved(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
@@ -109,23 +109,40 @@ def reserved(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[st
     return [request_info(r) for r in held.reserved if r not in held.active]
 
 
+#: the ``priority`` of each entry of Celery's ``scheduled`` reply (its ETA timer entries' priority)
+ETA_PRIORITY = 6
+#: the task attributes ``registered`` shows when not asked for others, as Celery's
+TASK_INFO_ITEMS = ("exchange", "routing_key", "rate_limit")
+
+
 def scheduled(worker: Worker, safe: bool = False, **_celery: Any) -> list[dict[str, Any]]:
     consumer = worker.consumer
     if consumer is None:
         return []
     held = consumer.reservations
     requests = [held.held_request(task) for task in held.eta_held]
-    return [{"eta": r.envelope.eta.isoformat() if r.envelope.eta else None, "priority": None,
+    # "priority" is that of Celery's timer entry, which is 6 for every task waiting for its ETA
+    return [{"eta": r.envelope.eta.isoformat() if r.envelope.eta else None, "priority": ETA_PRIORITY,
              "request": request_info(r)} for r in requests]
 
 
 def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False,
                **_celery: Any) -> list[str]:
-    """The tasks' names; Celery's built-in tasks (``celery.*``) only with ``builtins``, as Celery
-    lists them."""
+    """The tasks' names, each followed by the attributes ``taskinfoitems`` names that it has
+    (``proj.add [rate_limit=10/m]``; by default ``exchange``, ``routing_key``, ``rate_limit``);
+    Celery's built-in tasks (``celery.*``) only with ``builtins``, as Celery lists them."""
     from ..app.builtins import builtin_names
 
-    return builtin_names(worker.app.tasks, bool(builtins))
+    wanted = taskinfoitems if isinstance(taskinfoitems, (list, tuple)) and taskinfoitems else TASK_INFO_ITEMS
+    fields = [field for field in wanted if isinstance(field, str) and not field.startswith("_")]
+    tasks = worker.app.tasks
+    described = []
+    for name in builtin_names(tasks, bool(builtins)):
+        task = tasks[name]
+        values = [(field, task.info_item(field)) for field in fields]
+        shown = " ".join(f"{field}={value}" for field, value in values if value is not None)
+        described.append(f"{name} [{shown}]" if shown else name)
+    return described
 
 
 def active_queues(worker: Worker, **_celery: Any) -> list[dict[str, Any]]:
@@ -194,32 +211,6 @@ def cancel_consumer(worker: Worker, queue: Any = None, **_celery: Any) -> dict[s
     return ok(f"no longer consuming from {queue}")
 
 
-def conf(worker: Worker, with_defaults: bool = False, **_celery: Any) -> dict[str, Any]:
-    """The app's settings that differ from the defaults (all of them ``with_defaults``), as
-    Celery's ``conf`` lists them, with secrets hidden."""
-    from ..app.settings import Settings
-
-    settings, defaults = worker.app.settings, Settings()
-    return {name: redact_value(name, _as_data(getattr(settings, name))) for name in Settings.names()
-            if with_defaults or getattr(settings, name) != getattr(defaults, name)}
-
-
-def _as_data(value: Any) -> Any:
-    """A setting's value as a reply carries it: kombu queues and exchanges as their description,
-    patterns as their text, router functions by name."""
-    if hasattr(value, "as_dict"):
-        return _as_data(value.as_dict(recurse=True))
-    if isinstance(value, re.Pattern):
-        return value.pattern
-    if isinstance(value, dict):
-        return {_as_data(key): _as_data(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_as_data(item) for item in value]
-    if callable(value):
-        return f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', repr(value))}"
-    return value
-
-
 def autoscale(worker: Worker, max: int | None = None, min: int | None = None) -> dict[str, str]:
     scaler = worker.autoscaler
     if scaler is None:
@@ -267,6 +258,72 @@ def pool_grow(worker: Worker, n: int = 1) -> dict[str, str]:
 
 def pool_shrink(worker: Worker, n: int = 1) -> dict[str, str]:
     return _resize(worker, n, grow=False)
+
+
+def pool_restart(worker: Worker, modules: Any = None, reload: Any = False, reloader: Any = None,
+                 **_celery: Any) -> dict[str, str]:
+    """Celery's ``pool_restart``, answered only with ``worker_pool_restarts`` on: import the
+    task modules (``modules``, by default those of the app's tasks) that are not imported yet,
+    reload them too with ``reload``, then replace every pool process, so the new ones run the
+    new code; each running task finishes first."""
+    import importlib
+    import sys
+
+    if not worker.app.settings.worker_pool_restarts:
+        return nok("pool restarts are not enabled on this worker: set worker_pool_restarts = True "
+                   "in its configuration (WORKER_WORKER_POOL_RESTARTS=true) to allow pool_restart")
+    pool = worker.pool
+    if pool is None:
+        return nok("the pool has not started")
+    if not isinstance(pool, RestartsProcesses):
+        return nok(f"the {type(pool).__name__} pool cannot restart its processes; restart the worker")
+    if modules is not None and not (isinstance(modules, (list, tuple))
+                                    and all(isinstance(name, str) and name for name in modules)):
+        return nok(f"pool_restart takes modules as a list of module names (got {modules!r})")
+    names = list(modules) if modules is not None else _task_modules(worker)
+    try:
+        for name in names:
+            if name not in sys.modules:
+                logger.debug("importing module %s", name)
+                importlib.import_module(name)
+            elif reload:
+                logger.debug("reloading module %s", name)
+                importlib.reload(sys.modules[name])
+        pool.restart()
+    except PoolError as exc:
+        return nok(str(exc))
+    except Exception as exc:
+        logger.error("pool_restart failed: %s: %s", type(exc).__name__, exc)
+        return nok(f"pool_restart failed: {type(exc).__name__}: {exc}")
+    logger.info("Restarting the pool's processes (pool_restart)")
+    return ok("reload started")
+
+
+def _task_modules(worker: Worker) -> list[str]:
+    """The modules that define the app's tasks (not the built-in ones)."""
+    from ..app.builtins import BUILTIN_PREFIX
+
+    found = {task.module for name, task in worker.app.tasks.items() if not name.startswith(BUILTIN_PREFIX)}
+    return sorted(module for module in found if module and module != "__main__")
+
+
+def election(worker: Worker, id: Any = None, topic: Any = None, action: Any = None,
+             **_celery: Any) -> None:
+    """Celery's ``election`` among the workers of its gossip: this worker takes no part in
+    gossip, and answers as a Celery worker started ``--without-gossip`` does (no answer)."""
+    logger.debug("election %r on %r ignored: this worker takes no part in gossip", id, topic)
+
+
+def hello(worker: Worker, from_node: Any = None, revoked: Any = None,
+          **_celery: Any) -> dict[str, Any] | None:
+    """Celery's ``hello``, which a starting Celery worker sends its neighbours (mingle): take the
+    revoked ids it brings, answer with this worker's and the logical clock."""
+    if not isinstance(from_node, str) or from_node == worker.hostname:
+        return None
+    logger.info("sync with %s", from_node)
+    if isinstance(revoked, (list, tuple, dict)):
+        worker.revoked.add(task_id for task_id in revoked if isinstance(task_id, str) and task_id)
+    return {"revoked": list(worker.revoked), "clock": worker.clock.forward()}
 
 
 def signal_number(value: Any) -> int:
@@ -456,7 +513,16 @@ def shutdown(worker: Worker, msg: str = "", **_celery: Any) -> dict[str, str]:
     return ok("shutting down")
 
 
-BUILTIN_COMMANDS: Mapping[str, Command] = {
+def _flag(word: str) -> bool:
+    """A yes/no word of a command line (Celery's ``strtobool``)."""
+    if word.strip().lower() in ("1", "true", "yes", "y", "on"):
+        return True
+    if word.strip().lower() in ("0", "false", "no", "n", "off"):
+        return False
+    raise ValueError("must be true or false")
+
+
+_COMMANDS: Mapping[str, Command] = {
     command.name: command
     for command in (
         Command("ping", ping, help="Answer pong."),
@@ -465,32 +531,58 @@ BUILTIN_COMMANDS: Mapping[str, Command] = {
         Command("active", active, help="Tasks running now."),
         Command("reserved", reserved, help="Tasks received and waiting for the pool."),
         Command("scheduled", scheduled, help="Tasks waiting for their ETA."),
-        Command("registered", registered, help="Task names this worker knows."),
+        Command("registered", registered, variadic="taskinfoitems", signature="[ATTR...]",
+                help="Task names this worker knows, with these attributes (rate_limit by default)."),
         Command("active_queues", active_queues, help="Queues this worker consumes."),
         Command("revoked", revoked, help="Ids of the revoked tasks this worker remembers."),
-        Command("conf", conf, help="The app's settings that differ from the defaults, secrets hidden."),
-        Command("query_task", query_task, variadic="ids", help="State of the tasks with these ids here."),
-        Command("autoscale", autoscale, kind="control", args=("max", "min"),
+        Command("conf", conf, args=(("with_defaults", _flag),), signature="[INCLUDE_DEFAULTS=false]",
+                help="The configuration: what differs from the defaults (all with true), secrets hidden."),
+        Command("report", report, help="Software, platform and settings, for a bug report."),
+        Command("memsample", memsample, help="Sample the worker process's resident memory."),
+        Command("memdump", memdump, args=(("samples", int),), signature="[N_SAMPLES=10]",
+                help="The memory samples taken since the last memdump, and the memory now."),
+        Command("objgraph", objgraph, args=(("type", str), ("num", int), ("max_depth", int)),
+                signature="[OBJECT_TYPE=Request [NUM=200 [MAX_DEPTH=10]]]",
+                help="Draw what holds objects of a type alive into a PNG file (needs objgraph)."),
+        Command("hello", hello, hidden=True, help="Trade revoked ids and the clock with a starting worker."),
+        Command("query_task", query_task, variadic="ids", required=1,
+                help="State of the tasks with these ids here."),
+        Command("autoscale", autoscale, kind="control", args=(("max", int), ("min", int)), required=1,
                 help="Change the autoscaler's MAX MIN."),
-        Command("pool_grow", pool_grow, kind="control", args=("n",), help="Add N processes."),
-        Command("pool_shrink", pool_shrink, kind="control", args=("n",), help="Remove N idle processes."),
-        Command("revoke", revoke, kind="control", variadic="task_id",
+        Command("pool_grow", pool_grow, kind="control", args=(("n", int),), help="Add N processes."),
+        Command("pool_shrink", pool_shrink, kind="control", args=(("n", int),),
+                help="Remove N idle processes."),
+        Command("pool_restart", pool_restart, kind="control",
+                help="Replace every pool process (with worker_pool_restarts on)."),
+        Command("revoke", revoke, kind="control", variadic="task_id", required=1,
                 help="Discard the tasks with these ids (ID...)."),
-        Command("terminate", terminate, kind="control", args=("signal",), text_args=frozenset({"signal"}),
-                variadic="task_id", help="Revoke these tasks and kill their processes (SIGNAL ID...)."),
-        Command("rate_limit", rate_limit, kind="control", args=("task_name", "rate_limit"),
-                text_args=frozenset({"task_name", "rate_limit"}),
-                help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
-        Command("add_consumer", add_consumer, kind="control", args=("queue",), text_args=frozenset({"queue"}),
-                help="Consume one more queue (QUEUE)."),
-        Command("cancel_consumer", cancel_consumer, kind="control", args=("queue",),
-                text_args=frozenset({"queue"}), help="Stop consuming a queue (QUEUE)."),
-        Command("time_limit", time_limit, kind="control", args=("task_name", "soft", "hard"),
-                text_args=frozenset({"task_name"}), float_args=frozenset({"soft", "hard"}),
+        Command("terminate", terminate, kind="control", args=(("signal", str),), variadic="task_id",
+                required=2,
+                help="Revoke these tasks and kill their processes (SIGNAL ID...)."),
+        Command("revoke_by_stamped_headers", revoke_by_stamped_headers, kind="control", variadic="headers",
+                required=1, signature="KEY=VALUE...",
+                help="Discard the tasks stamped with these headers (KEY=VALUE...)."),
+        Command("rate_limit", rate_limit, kind="control", args=(("task_name", str), ("rate_limit", str)),
+                required=2, help="Change a task's rate limit (TASK_NAME RATE, e.g. 10/m; 0 lifts it)."),
+        Command("time_limit", time_limit, kind="control",
+                args=(("task_name", str), ("soft", float), ("hard", float)), required=2,
                 help="Change a task's time limits (TASK_NAME SOFT [HARD], seconds)."),
+        Command("add_consumer", add_consumer, kind="control",
+                args=(("queue", str), ("exchange", str), ("exchange_type", str), ("routing_key", str)),
+                required=1, help="Consume one more queue (QUEUE [EXCHANGE [TYPE [ROUTING_KEY]]])."),
+        Command("cancel_consumer", cancel_consumer, kind="control", args=(("queue", str),), required=1,
+                help="Stop consuming a queue (QUEUE)."),
         Command("enable_events", enable_events, kind="control", help="Start sending task events."),
         Command("disable_events", disable_events, kind="control", help="Stop sending task events."),
         Command("heartbeat", heartbeat, kind="control", help="Send a worker-heartbeat event now."),
+        Command("election", election, kind="control", help="Celery's gossip election: not taken part in."),
         Command("shutdown", shutdown, kind="control", help="Stop warmly."),
     )
 }
+#: Celery's older names for some commands, still answered (``dump_tasks`` is ``registered``)
+ALIASES: Mapping[str, str] = {"dump_conf": "conf", "dump_active": "active", "dump_reserved": "reserved",
+                              "dump_schedule": "scheduled", "dump_revoked": "revoked",
+                              "dump_tasks": "registered"}
+#: every command a worker answers without plugins, Celery's older names included
+BUILTIN_COMMANDS: Mapping[str, Command] = {**_COMMANDS, **{
+    alias: attrs.evolve(_COMMANDS[name], name=alias, hidden=True) for alias, name in ALIASES.items()}}

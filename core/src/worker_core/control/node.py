@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..options import did_you_mean
 from .access import Access
 from .audit import log_command, log_refused, sender_of
-from .commands import Command
+from .command import ControlCommand as Command
 from .mailbox import mailbox
 
 if TYPE_CHECKING:

@@ -132,23 +132,25 @@ class SoloPool:
                 self._warned_limits = True
             yield
             return
-        stages: list[tuple[bool, float]] = []
+        # (soft?, when, the limit it reports): a hard limit at or before the soft one comes
+        # right after the soft one, as in Celery's prefork pool
+        stages: list[tuple[bool, float, float]] = []
         if soft:
-            stages.append((True, soft))
-        if hard and (not soft or hard > soft):
-            stages.append((False, hard))
+            stages.append((True, soft, soft))
+        if hard:
+            stages.append((False, max(hard, soft or 0), hard))
         elapsed = 0.0
 
         def arm() -> None:
             nonlocal elapsed
-            _is_soft, at = stages[0]
+            _is_soft, at, _limit = stages[0]
             signal.setitimer(signal.ITIMER_REAL, max(at - elapsed, 0.001))
             elapsed = at
 
         def on_alarm(signum: int, frame: Any) -> None:
-            is_soft, at = stages.pop(0)
+            is_soft, at, limit = stages.pop(0)
             if timeout_callback is not None:
-                timeout_callback(is_soft, at)
+                timeout_callback(is_soft, limit)
             if stages:
                 arm()
             if is_soft:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from .. import execution
 from ..bootsteps import Blueprint
 from ..clock import LogicalClock
+from ..control.stamps import RevokedStamps
 from ..exceptions import ConfigurationError
 from ..revoked import RevokedIds
 from ..stash import Stash
@@ -70,6 +71,8 @@ class Worker:
         #: the logical clock (Lamport's, as Celery's ``app.clock``): forwarded by every event sent
         #: and every remote-control request received; ``--statedb`` keeps its value
         self.clock = LogicalClock()
+        #: stamps revoked by remote ``revoke_by_stamped_headers``: a message stamped with one is discarded
+        self.revoked_stamps = RevokedStamps()
         #: the queues consumed now: ``-Q``, then ``add_consumer``/``cancel_consumer``
         self.queues: list[str] = list(self.options.queues)
         self.stopping = False

@@ -1,12 +1,14 @@
-"""Hook implementations: the --liveness-file option and the Liveness step."""
+"""Hook implementations: the --liveness-file option, the Liveness step, and the ``liveness``
+remote-control command (``workerctl inspect liveness [MAX_AGE]``)."""
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from worker_core import Condition, OptionSpec, Step, WorkerOptions, hookimpl
+from worker_core import Condition, ControlCommand, OptionSpec, Step, WorkerOptions, hookimpl
 
 
 def _positive_seconds(text: str) -> float:
@@ -56,3 +58,24 @@ def worker_options() -> list[OptionSpec]:
 @hookimpl
 def worker_bootsteps(blueprint: str) -> list[Step[Any]]:
     return [Liveness()] if blueprint == "worker" else []
+
+
+def liveness(worker: Any, max_age: float | None = None, **_extra: Any) -> dict[str, Any]:
+    """How long ago the file was touched; with ``max_age``, whether that is too long ago."""
+    name = worker.options.extra.get("liveness_file")
+    if name is None:
+        return {"error": "this worker was started without --liveness-file"}
+    try:
+        age = round(time.time() - Path(name).stat().st_mtime, 3)
+    except OSError as exc:
+        return {"error": f"cannot read {name}: {exc.strerror}"}
+    reply: dict[str, Any] = {"file": name, "age": age}
+    if max_age is not None:
+        reply["stale"] = age > float(max_age)
+    return reply
+
+
+@hookimpl
+def worker_control_commands() -> list[ControlCommand]:
+    return [ControlCommand("liveness", liveness, kind="inspect", args=(("max_age", float),),
+                           help="Seconds since the liveness file was touched (stale past MAX_AGE).")]

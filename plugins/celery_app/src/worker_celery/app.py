@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from worker_core import App
 
 from .request import CeleryRequest
-from .settings import translate, unsupported
+from .settings import configuration, translate, unsupported
 from .tasks import register_views
 
 if TYPE_CHECKING:
@@ -46,7 +46,8 @@ class CeleryApp(App):
                 f"used: the Celery app's own backend stores the results; set result_backend in its "
                 f"configuration")
             self.conf.update(result_backend=own)
-        register_views(self, dict(celery.tasks))
+        #: one line per task option the worker takes otherwise than given (the task still runs)
+        self.task_notes: list[str] = register_views(self, dict(celery.tasks))
 
     def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:
         """The queues: every queue of ``task_queues`` (by name) when the app lists them, as
@@ -54,6 +55,11 @@ class CeleryApp(App):
         queues = self.celery.conf.task_queues
         names = tuple(dict.fromkeys(queue.name for queue in queues or ()))
         return defaults.replace(queues=names) if names else defaults
+
+    def configuration(self, with_defaults: bool) -> dict[str, Any]:
+        """``inspect conf``: the Celery app's configuration, as ``celery worker`` lists it, with
+        the worker's own settings (a :class:`~worker_core.slots.ListsConfiguration`)."""
+        return configuration(self.celery, self.settings, with_defaults)
 
     def __repr__(self) -> str:
         return f"<CeleryApp {self.spec}: {len(self.tasks)} tasks>"

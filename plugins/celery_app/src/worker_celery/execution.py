@@ -22,6 +22,7 @@ from celery.app import trace
 from celery.exceptions import Reject
 
 from worker_core.aio import run_coroutine
+from worker_core.execution import reject_reason
 from worker_core.protocol import parse_iso, safe_repr, utcnow
 
 from .results import atomic_backend_for
@@ -146,7 +147,7 @@ def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], k
             tracer = task.__trace__ = _build_tracer(name, task, app)
         retval, info, runtime, shown = tracer(task_id, args, kwargs, request)
     except Reject as exc:  # raised out of the tracer (a handler, or a redelivered duplicate)
-        return ("reject", monotonic() - started, bool(exc.requeue), safe_repr(exc.reason, 200))
+        return ("reject", monotonic() - started, bool(exc.requeue), reject_reason(exc.reason))
     runtime = runtime if runtime is not None else monotonic() - started
     if info is None:
         return ("success", runtime, shown if log_result else None)
@@ -156,7 +157,7 @@ def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], k
     if state == states.REJECTED:
         reject = info.retval
         return ("reject", runtime, bool(getattr(reject, "requeue", False)),
-                safe_repr(getattr(reject, "reason", reject), 200))
+                reject_reason(getattr(reject, "reason", reject)))
     if state == states.IGNORED:
         return ("ignored", runtime)
     error = info.retval

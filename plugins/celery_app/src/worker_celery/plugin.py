@@ -105,6 +105,8 @@ def worker_init(worker: Worker) -> None:
                 redact_url(celery.backend.as_uri()) if celery.conf.result_backend else "disabled")
     for line in worker.app.notes:
         logger.warning("Celery setting %s", line)
+    for line in worker.app.task_notes:
+        logger.warning("Celery task %s", line)
     signals.celeryd_init.send(sender=worker.hostname, instance=sender, conf=celery.conf,
                               options=dict(worker.options.extra))
     signals.worker_init.send(sender=sender)

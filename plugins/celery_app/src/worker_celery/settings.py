@@ -13,7 +13,7 @@ from worker_core.exceptions import ConfigurationError
 if TYPE_CHECKING:
     from celery import Celery
 
-__all__ = ["HANDLED_BY_CELERY", "UNSUPPORTED", "broker_url", "translate", "unsupported"]
+__all__ = ["HANDLED_BY_CELERY", "UNSUPPORTED", "broker_url", "configuration", "translate", "unsupported"]
 
 #: Celery's default broker when its app names none (what ``celery worker`` connects to)
 CELERY_DEFAULT_BROKER = "amqp://guest:guest@localhost:5672//"
@@ -43,7 +43,6 @@ UNSUPPORTED: Mapping[str, str] = {
     "worker_consumer": "the consumer is this worker's own",
     "worker_timer": "the timer is kombu's, this worker's own",
     "worker_timer_precision": "the timer is kombu's, this worker's own",
-    "worker_pool_restarts": "pool_restart is not a remote command here; restart the worker",
     "worker_proc_alive_timeout": "pool processes are waited for by the pool plugin",
     "worker_agent": "no actor agent is started",
     "worker_log_color": "log lines are not coloured",
@@ -114,10 +113,37 @@ def translate(celery: Celery, spec: str) -> tuple[dict[str, Any], list[str]]:
     return settings, notes
 
 
-def unsupported(celery: Celery) -> list[str]:
-    """One line for each worker setting the app sets that this worker does not honour."""
-    known = set(Settings.names())
+#: the prefixes of Celery's setting names: a key with one that Celery does not know is a typo
+SETTING_PREFIXES = ("accept_", "beat_", "broker_", "cache_", "cassandra_", "control_", "database_",
+                    "elasticsearch_", "event_", "mongodb_", "redis_", "result_", "riak_", "security_",
+                    "task_", "worker_", "azureblockblob_", "s3_", "couchbase_", "arangodb_", "cosmosdbsql_",
+                    "consul_", "gcs_", "filesystem_")
+
+
+def unknown(celery: Celery) -> list[str]:
+    """One line for each key of the app's configuration that reads as a setting but is none
+    Celery or this worker knows, with the closest name: Celery ignores it silently, and so does
+    the worker, but says so."""
+    from celery.app.defaults import DEFAULTS
+
+    from worker_core.options import did_you_mean
+
+    known = {*DEFAULTS, *Settings.names()}
+    table = celery.conf.table(with_defaults=False)
     lines = []
+    for name in sorted(key for key in table if isinstance(key, str)):
+        if name in known or not name.startswith(SETTING_PREFIXES):
+            continue
+        hint = did_you_mean(name, known).strip() or "Check its name in Celery's configuration reference."
+        lines.append(f"{name}: no such setting, it is ignored (celery worker ignores it too). {hint}")
+    return lines
+
+
+def unsupported(celery: Celery) -> list[str]:
+    """One line for each worker setting the app sets that this worker does not honour, and each
+    unknown setting."""
+    known = set(Settings.names())
+    lines = unknown(celery)
     for name in sorted(_changed(celery)):
         if name in known or name in HANDLED_BY_CELERY:
             continue
@@ -127,3 +153,44 @@ def unsupported(celery: Celery) -> list[str]:
         elif instead is None and name.startswith(("worker_", "event_", "control_")):
             lines.append(f"{name}: not read by this worker")
     return lines
+
+
+def configuration(celery: Celery, settings: Settings, with_defaults: bool) -> dict[str, Any]:
+    """``inspect conf`` for the Celery app: its configuration as ``celery worker`` answers it
+    (``conf.table()``, censored and made JSON-able by Celery's own functions), the worker's
+    settings Celery has no name for, and the worker's value where it runs with another one than
+    the app's configuration gives (a command-line option, a ``WORKER_*`` variable); the result
+    backend stays the app's own."""
+    from celery.utils.serialization import jsonify
+    from kombu.utils.encoding import safe_repr
+
+    from worker_core.redaction import redact_value
+
+    table: dict[str, Any] = jsonify(
+        celery.conf.table(with_defaults=with_defaults),
+        keyfilter=lambda key: isinstance(key, str) and not key.startswith("__"),
+        unknown_type_filter=safe_repr)
+    translated, _notes = translate(celery, "")
+    defaults = Settings()
+    for name in Settings.names():
+        if name in ("broker_url", "result_backend"):
+            continue
+        value = getattr(settings, name)
+        if name in table:
+            given = translated.get(name, getattr(defaults, name))
+            if value == given or (isinstance(given, list) and tuple(given) == value):
+                continue
+        elif not with_defaults and value == getattr(defaults, name):
+            continue
+        table[name] = redact_value(name, _as_reply(value))
+    if settings.broker_url != broker_url(celery):  # -b or WORKER_BROKER_URL
+        table["broker_url"] = redact_value("broker_url", settings.broker_url)
+    return table
+
+
+def _as_reply(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_as_reply(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _as_reply(item) for key, item in value.items()}
+    return value if value is None or isinstance(value, (str, int, float, bool, list)) else repr(value)

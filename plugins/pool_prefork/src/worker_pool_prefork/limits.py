@@ -36,11 +36,12 @@ class TimeLimits:
             return
         elapsed = max(monotonic() - started, 0.0)
         soft, hard = job.soft, job.hard
-        # A soft limit at or past the hard one would never be seen: the hard limit kills first.
-        if soft and (not hard or soft < hard) and job.soft_timer is None and not job.soft_sent:
+        if soft and job.soft_timer is None and not job.soft_sent:
             job.soft_timer = driver.call_later(soft - elapsed, self.on_soft, job)
-        if hard and job.hard_timer is None:
-            job.hard_timer = driver.call_later(hard - elapsed, self.on_hard, job)
+        # A hard limit at or before the soft one comes right after the soft one, as in Celery's
+        # prefork pool (the soft limit is signalled, then the process is killed): see on_soft.
+        if hard and job.hard_timer is None and (not soft or hard > soft or job.soft_sent):
+            job.hard_timer = driver.call_later(max(hard, soft or 0) - elapsed, self.on_hard, job)
 
     def on_soft(self, job: Job) -> None:
         engine = self.engine
@@ -60,6 +61,9 @@ class TimeLimits:
                     pass
                 if job.timeout_callback is not None:
                     events.append((job.timeout_callback, (True, job.soft)))
+                driver = engine.driver
+                if job.hard and job.hard <= job.soft and job.hard_timer is None and driver is not None:
+                    job.hard_timer = driver.call_later(0, self.on_hard, job)
             engine.dispatch(events)
         run_events(events)
 

@@ -393,6 +393,19 @@ class PreforkPool:
             if len(chosen) < n:
                 logger.debug("prefork pool: shrank by %d of %d; the other processes are busy", len(chosen), n)
 
+    def restart(self) -> None:
+        """Replace every child (``pool_restart``): each gets a STOP frame after the jobs written
+        to it, so it exits once they are done, and a fresh child is forked in its place."""
+        engine = self._engine
+        with engine.lock:
+            if engine.closed or self._state != "running":
+                raise PoolError("restart: the prefork pool is not running")
+            for child in [child for child in engine.children if child.live]:
+                child.retiring = True
+                child.stop_sent = True
+                engine.write(child, _STOP_FRAME)
+        engine.run_in_driver(engine.maintain)
+
     def maintain_pool(self) -> None:
         if self._state == "running":
             self._engine.run_in_driver(self._engine.maintain)
