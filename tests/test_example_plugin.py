@@ -71,12 +71,14 @@ def test_the_example_plugins_command_answers_workerctl_and_celerys_client(livene
     reply = json.loads(result.stdout)[worker.name]
     assert reply["file"] == str(path) and 0 <= reply["age"] < 30 and reply["stale"] is False
     refused = CliRunner().invoke(main, ["inspect", "liveness", "soon", "-b", redis_url])
-    assert refused.exit_code == 2 and "Invalid value for MAX_AGE: must be a number (got 'soon')" in refused.output
+    assert refused.exit_code == 2
+    assert "Invalid value for MAX_AGE: must be a number (got 'soon')" in refused.output
     wrong_kind = CliRunner().invoke(main, ["control", "liveness", "-b", redis_url])
     assert "liveness reads the worker's state: send it with workerctl inspect liveness" in wrong_kind.output
     celery = Celery("client", broker=redis_url)
     try:
-        answers = celery.control.inspect(destination=[worker.name], timeout=5)._request("liveness", max_age=-1)
+        inspect = celery.control.inspect(destination=[worker.name], timeout=5)
+        answers = inspect._request("liveness", max_age=-1)
     finally:
         celery.close()
     assert answers[worker.name]["stale"] is True and answers[worker.name]["file"] == str(path)

@@ -22,7 +22,6 @@ from celery.app import trace
 from celery.exceptions import Reject
 
 from worker_core.aio import run_coroutine
-from worker_core.execution import reject_reason
 from worker_core.protocol import parse_iso, safe_repr, utcnow
 
 from .results import atomic_backend_for
@@ -44,6 +43,12 @@ _hostname: str | None = None
 _pool: str | None = None
 _main_pid = 0
 _prepared_pid = 0
+
+
+def reject_reason(reason: object) -> str:
+    """A ``Reject``'s reason as the main process gets it (stored with the FAILURE of a message
+    rejected for good): the text given, else its repr, bounded."""
+    return reason[:200] if isinstance(reason, str) else safe_repr(reason, 200)
 
 
 def install(app: Celery, hostname: str, pool: str | None) -> None:

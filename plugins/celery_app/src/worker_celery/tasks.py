@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from worker_core import Task
 from worker_core.exceptions import ConfigurationError
-from worker_core.rates import parse_rate
 
 if TYPE_CHECKING:
     from celery.app.task import Task as CeleryTask
@@ -120,8 +119,8 @@ def _options(name: str, task: CeleryTask) -> tuple[dict[str, Any], list[str]]:
     options["serializer"] = serializer
     rate = task.rate_limit
     try:
-        parse_rate(rate)
-    except ValueError as exc:
+        Task().rate_limit = rate  # the check a task's rate limit passes
+    except ConfigurationError as exc:
         notes.append(f"{name}: rate_limit={rate!r} is not a rate ({exc}); the task runs without a limit "
                      f"(celery worker stops at start on it); give a rate such as '10/m'")
         rate = None
