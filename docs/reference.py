@@ -221,8 +221,7 @@ def control_commands_markdown() -> str:
 
     out = ["| command | kind | arguments | what |", "|---|---|---|---|"]
     for command in BUILTIN_COMMANDS.values():
-        arguments = " ".join([*(a.upper() for a in command.args),
-                              *([f"{command.variadic.upper()}..."] if command.variadic else [])])
+        arguments = command.usage
         out.append(f"| `{command.name}` | {command.kind} | {_code(arguments)} | {_cell(command.help)} |")
     return "\n".join(out)
 
