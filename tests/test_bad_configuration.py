@@ -109,9 +109,8 @@ def worker(queue_url: str, *args: str, env: Mapping[str, str] | None = None) -> 
     (["-P", "nope"], ["no pool named 'nope'", "-P/--pool", "Available: prefork"]),
     (["-P", "prefork", "-p", "no:prefork"],
      ["pool 'prefork'", "is blocked by -p no:prefork", "choose another pool"]),
-    (["-P", "solo", "-c", "x"], ["'-c' / '--concurrency'", "'x' is not a valid integer"]),
-    (["-P", "threads", "-c", "0"], ["--concurrency must be greater than 0", "(got 0)"]),
-    (["-P", "threads", "-c", "-3"], ["--concurrency must be greater than 0", "(got -3)"]),
+    (["-P", "solo", "-c", "x"], ["--concurrency must be a whole number or auto", "(got 'x')"]),
+    (["-P", "threads", "-c", "-3"], ["--concurrency must be 0 or more, or auto", "(got -3)"]),
 ])
 def test_a_bad_pool_or_concurrency_is_refused(queue_url: str, args: list[str], expected: list[str]) -> None:
     assert_refused(worker(queue_url, *args), *expected, queue_url=queue_url)
@@ -120,7 +119,6 @@ def test_a_bad_pool_or_concurrency_is_refused(queue_url: str, args: list[str], e
 @pytest.mark.parametrize(("args", "expected"), [
     (["-P", "threads", "--autoscale", "x"],
      ["--autoscale must be MAX[,MIN]", "for example 10,3", "(got 'x')"]),
-    (["-P", "threads", "--autoscale", "1,5"], ["MIN may not exceed MAX", "(got '1,5'", "did you mean 5,1?"]),
     (["-P", "threads", "--autoscale", "0"], ["--autoscale MAX must be at least 1", "(got '0')"]),
     (["-P", "solo", "--autoscale", "4,1"], ["--autoscale needs a pool that can grow", "solo", "-P threads"]),
     (["-P", "threads", "--autoscale", "4,1", "--autoscaler", "nope"],
@@ -221,7 +219,6 @@ def test_bad_scheduling_and_plugin_switches_are_refused(queue_url: str, args: li
 
 
 @pytest.mark.parametrize(("name", "expected"), [
-    ("", ["--hostname must be a node name", "worker1@%h", "(got '')"]),
     (" worker@host", ["--hostname must be a node name without surrounding spaces", "(got ' worker@host')"]),
     ("worker@%q", ["--hostname 'worker@%q' has an unknown placeholder '%q'", "%h (host name)"]),
 ])
@@ -232,8 +229,10 @@ def test_a_bad_node_name_is_refused(queue_url: str, name: str, expected: list[st
 def test_a_node_name_expands_host_placeholders_as_celery_does() -> None:
     host = "box.example.com"
     assert parse_hostname("worker1@%h", host) == "worker1@box.example.com"
-    assert parse_hostname("%n-%d", host) == "box-example.com"
+    assert parse_hostname("%n-%d@%h", host) == "box-example.com@box.example.com"
     assert parse_hostname("100%%@%n", host) == "100%@box"
+    assert parse_hostname("w1", host) == "celery@w1"  # a name without @ is a host, as in Celery
+    assert parse_hostname("w%i%I@%h", host) == "w0@box.example.com"  # the main process: 0 and nothing
 
 
 # -- broker and result backend URLs -------------------------------------------------------------------
@@ -331,8 +330,8 @@ def test_a_bad_worker_environment_variable_is_refused_by_name(queue_url: str, en
 
 
 def test_unrelated_worker_variables_are_left_alone(queue_url: str) -> None:
-    run = worker(queue_url, "-P", "solo", "-c", "0", env={"WORKER_HOME": "/srv", "WORKER_ID": "7"})
-    assert_refused(run, "--concurrency must be greater than 0")  # refused for -c, not for those
+    run = worker(queue_url, "-P", "solo", "-c", "-1", env={"WORKER_HOME": "/srv", "WORKER_ID": "7"})
+    assert_refused(run, "--concurrency must be 0 or more")  # refused for -c, not for those
 
 
 @pytest.mark.parametrize(("settings", "expected"), [

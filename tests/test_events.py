@@ -101,5 +101,5 @@ def test_the_event_options_appear_in_help_as_plain_switches():
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
-    assert "-E, --task-events Send task events" in text and "--without-heartbeat Send no" in text
+    assert "-E, --task-events, --events Send task events" in text and "--without-heartbeat Send no" in text
     assert "[default: (" not in text  # a plugin option's name is not a default to show

@@ -90,8 +90,8 @@ def test_mermaid_and_text_formats():
 def test_bad_options_give_one_line_errors_and_status_2():
     for args, expected in [
         (["-P", "nothere"], "no pool named 'nothere'"),
-        (["--autoscale", "1,4"], "did you mean 4,1?"),
-        (["-c", "0"], "--concurrency must be greater than 0"),
+        (["--autoscale", "x"], "--autoscale must be MAX[,MIN]"),
+        (["-c", "-1"], "--concurrency must be 0 or more"),
         (["-p", "no:worker"], "essential"),
         (["--loop", "async"], "does not"),
     ]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "AppImportError",
     "BackendDisabled",
     "BrokerStorageError",
     "CanvasError",
@@ -43,6 +44,7 @@ __all__ = [
     "WorkerError",
     "WorkerLostError",
     "WorkerTerminate",
+    "where_it_failed",
 ]
 
 
@@ -55,6 +57,31 @@ class WorkerError(Exception):
 
 class ConfigurationError(WorkerError, ValueError):
     """An option, setting, URL or argument has a value the worker cannot use."""
+
+
+class AppImportError(ConfigurationError):
+    """The app's module, or a module imported for its tasks, failed to import; the message names
+    the file and line where it failed and the cause, the original exception is ``__cause__``
+    (``workerctl worker -l DEBUG`` prints its traceback)."""
+
+    @classmethod
+    def of(cls, what: str, exc: BaseException) -> AppImportError:
+        """``<what> failed to import: NameError: name 'x' is not defined (proj/tasks.py:3)``;
+        raise it ``from exc``."""
+        return cls(f"{what} failed to import: {where_it_failed(exc)}")
+
+
+def where_it_failed(exc: BaseException) -> str:
+    """``Type: message (file:line)``: the exception and where it was raised, the innermost frame
+    outside the import machinery (for a syntax error, the line that does not parse)."""
+    import traceback
+
+    cause = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{type(exc).__name__}: {exc.msg} ({exc.filename}:{exc.lineno})"
+    frames = [frame for frame in traceback.extract_tb(exc.__traceback__)
+              if not frame.filename.startswith("<frozen ")]
+    return f"{cause} ({frames[-1].filename}:{frames[-1].lineno})" if frames else cause
 
 
 # -- plugins ------------------------------------------------------------------------------------

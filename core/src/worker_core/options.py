@@ -22,15 +22,21 @@ __all__ = [
     "Autoscale",
     "OptionSpec",
     "WorkerOptions",
+    "auto_concurrency",
     "did_you_mean",
+    "exclude_queues",
     "parse_autoscale",
     "parse_brokers",
+    "parse_concurrency",
     "parse_hostname",
     "parse_queues",
+    "parse_worker_autoscale",
 ]
 
 LOGLEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SCHEDULING = ("fair", "fcfs")
+#: Celery's names for the scheduling (``-O default`` is fair since Celery 4)
+SCHEDULING_NAMES = {"default": "fair"}
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -132,7 +138,7 @@ def _names(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
 
 
 def _default_hostname() -> str:
-    return f"worker@{socket.gethostname()}"
+    return f"celery@{socket.gethostname()}"  # Celery's: monitors and scripts address nodes by it
 
 
 def _node_name(_inst: Any, _attr: attrs.Attribute[Any], value: Any) -> None:
@@ -170,6 +176,13 @@ class WorkerOptions:
     )
     scheduling: str = attrs.field(default="fair", validator=_one_of("-O", SCHEDULING))
     statedb: str | None = attrs.field(default=None, validator=lambda _i, _a, value: _state_file(value))
+    #: ``--logfile`` as given (its ``%`` placeholders not yet expanded: a prefork child expands
+    #: ``%i`` to its own index)
+    logfile: str | None = None
+    #: ``--pidfile``, expanded for the node
+    pidfile: str | None = None
+    #: ``--purge``: delete the messages waiting in the consumed queues once, at start
+    purge: bool = False
     #: answer remote-control commands (``worker_enable_remote_control``); off leaves out the Control step
     remote_control: bool = True
     blocked_plugins: tuple[str, ...] = ()
@@ -222,6 +235,69 @@ def parse_autoscale(text: str) -> Autoscale:
     return Autoscale(max=high, min=low)
 
 
+def parse_worker_autoscale(text: str) -> Autoscale:
+    """Parse ``--autoscale`` as ``celery worker`` does: two numbers in either order (the larger
+    is MAX), or MAX alone."""
+    parts = str(text).split(",")
+    if len(parts) == 2:
+        try:
+            numbers = sorted((int(parts[0]), int(parts[1])), reverse=True)
+        except ValueError:
+            pass
+        else:
+            text = f"{numbers[0]},{numbers[1]}"
+    return parse_autoscale(text)
+
+
+def auto_concurrency() -> int:
+    """``-c auto``: the CPUs this process may run on (its affinity), fewer when its cgroup's CPU
+    quota allows fewer, at least 1."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    try:
+        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as file:
+            quota, period = [*file.read().split(), "100000"][:2]
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cpus)
+
+
+def parse_concurrency(value: str | int) -> int | None:
+    """``-c N`` or ``-c auto``; 0 (or nothing) leaves the default (the app's
+    ``worker_concurrency``, else the CPU count), as in Celery."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        text = str(value).strip()
+        if text.lower() == "auto":
+            return auto_concurrency()
+        try:
+            number = int(text)
+        except ValueError:
+            raise ConfigurationError(
+                f"--concurrency must be a whole number or auto (got {value!r}), for example -c 8"
+            ) from None
+    if number < 0:
+        raise ConfigurationError(f"--concurrency must be 0 or more, or auto (got {number})")
+    return number or None
+
+
+def exclude_queues(queues: Sequence[str], excluded: str | Iterable[str]) -> tuple[str, ...]:
+    """``queues`` without those ``-X`` names; refused when none is left."""
+    names = parse_queues(excluded)
+    left = tuple(queue for queue in queues if queue not in names)
+    if not left:
+        raise ConfigurationError(
+            f"--exclude-queues {','.join(names)} leaves no queue to consume (of {', '.join(queues)}); "
+            f"name the queues to consume with -Q"
+        )
+    return left
+
+
 def parse_queues(values: str | Iterable[str]) -> tuple[str, ...]:
     """Parse ``-Q a,b`` (and repeated ``-Q``) into queue names, keeping order, dropping repeats."""
     items = [values] if isinstance(values, str) else list(values)
@@ -240,28 +316,13 @@ def parse_queues(values: str | Iterable[str]) -> tuple[str, ...]:
 
 
 def parse_hostname(text: str, host: str | None = None) -> str:
-    """Expand ``%h`` (this host's name), ``%n`` (its first label), ``%d`` (its domain) and ``%%`` in
-    a node name as Celery does: ``-n worker1@%h``."""
-    host = host or socket.gethostname()
-    name, _, domain = host.partition(".")
-    expansions = {"h": host, "n": name, "d": domain, "%": "%"}
-    out: list[str] = []
-    position = 0
-    while position < len(text):
-        char = text[position]
-        following = text[position + 1: position + 2]
-        if char == "%" and following in expansions:
-            out.append(expansions[following])
-            position += 2
-            continue
-        if char == "%":
-            raise ConfigurationError(
-                f"--hostname {text!r} has an unknown placeholder {text[position:position + 2]!r}; "
-                f"use %h (host name), %n (its first label), %d (its domain) or %% (a percent sign)"
-            )
-        out.append(char)
-        position += 1
-    return "".join(out)
+    """The node name ``-n text`` gives, as Celery reads it: ``w1@%h`` is ``w1@<this host>``, a
+    name without ``@`` is a host (``-n w1`` is ``celery@w1``); ``%h`` (this host's name), ``%n``
+    (its first label), ``%d`` (its domain), ``%i`` (0), ``%I`` (nothing) and ``%%`` are expanded
+    (see :mod:`worker_core.nodenames`)."""
+    from .nodenames import default_nodename, host_format
+
+    return host_format(default_nodename(text), host)
 
 
 def parse_brokers(values: str | Iterable[str]) -> tuple[str, ...]:

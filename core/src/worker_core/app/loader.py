@@ -6,17 +6,16 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ..exceptions import ConfigurationError
+from ..exceptions import AppImportError, ConfigurationError
 from .base import App
 
 if TYPE_CHECKING:
     from ..plugins.manager import PluginManager
 
-__all__ = ["FOREIGN_APPS", "load_app"]
+__all__ = ["FOREIGN_APPS", "import_modules", "load_app"]
 
 #: Apps of other frameworks a loader plugin can adapt, by the module and name of their class:
 #: the loader's entry-point name and what it is called, to name the distribution to install
@@ -74,13 +73,27 @@ def _import(spec: str) -> object:
                 f"cannot import the app module {module_name!r}: no such module in {os.getcwd()} or on "
                 f"the Python path; run from the directory that holds it or give its dotted path"
             ) from None
-        raise ConfigurationError(
-            f"the app module {module_name!r} failed to import: {_last_line(exc)}"
-        ) from None
+        raise AppImportError.of(f"the app module {module_name!r}", exc) from exc
     except Exception as exc:
-        raise ConfigurationError(
-            f"the app module {module_name!r} failed to import: {_last_line(exc)}"
-        ) from None
+        raise AppImportError.of(f"the app module {module_name!r}", exc) from exc
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import the modules ``-I``/``--include`` names (their tasks register with the app), with
+    the current directory on the path."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                raise ConfigurationError(
+                    f"--include {name}: no such module in {os.getcwd()} or on the Python path"
+                ) from None
+            raise AppImportError.of(f"the module {name!r} (--include)", exc) from exc
+        except Exception as exc:
+            raise AppImportError.of(f"the module {name!r} (--include)", exc) from exc
 
 
 def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
@@ -114,8 +127,3 @@ def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
 def _apps_in(module: object) -> list[str]:
     return sorted(name for name, value in vars(module).items() if isinstance(value, App))
 
-
-def _last_line(exc: BaseException) -> str:
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{where}"

@@ -13,14 +13,18 @@ import click
 from click.core import ParameterSource
 
 from ..exceptions import ConfigurationError, WorkerError
+from ..nodenames import node_format
 from ..options import (
+    SCHEDULING_NAMES,
     OptionSpec,
     WorkerOptions,
     did_you_mean,
-    parse_autoscale,
+    exclude_queues,
     parse_brokers,
+    parse_concurrency,
     parse_hostname,
     parse_queues,
+    parse_worker_autoscale,
     scheme_of,
 )
 from ..plugins.manager import PluginManager
@@ -148,6 +152,9 @@ class PluginCommand(click.Command):
                 taken.update(spec.flags)
                 names.add(spec.name)
                 self.plugin_options[spec.name] = DeclaredOption(spec, provider)
+        from .celery_options import placeholders
+
+        self.params.extend(placeholders(taken, manager))
 
     @property
     def plugin_options(self) -> dict[str, DeclaredOption]:
@@ -179,11 +186,15 @@ def _click_option(spec: OptionSpec) -> click.Option:
 
 
 def worker_option_decorators() -> list[Callable[[F], F]]:
-    """The options ``workerctl worker`` and ``workerctl steps`` share."""
+    """The options ``workerctl worker`` and ``workerctl steps`` share: every option of Celery's
+    ``celery worker`` (with the global ones), and this worker's own."""
+    from .globals import global_options
+
     return [
         click.option("-A", "--app", help="Tasks module: module or module:attribute."),
         click.option("-P", "--pool", help="Pool by name: prefork, threads, solo, or a plugin's."),
-        click.option("-c", "--concurrency", type=int, help="Pool size (default: CPU count; 1 for solo)."),
+        click.option("-c", "--concurrency", metavar="N|auto",
+                     help="Pool size (default: CPU count; 1 for solo); auto: the CPUs this process may use."),
         click.option("--loop", help="Event loop: auto (default), async or sync."),
         click.option(
             "-b", "--broker", "brokers", multiple=True,
@@ -193,19 +204,45 @@ def worker_option_decorators() -> list[Callable[[F], F]]:
         click.option("-Q", "--queues", multiple=True,
                      help="Queues to consume, comma-separated (default: every queue of task_queues, "
                           "else task_default_queue, celery)."),
+        click.option("-X", "--exclude-queues", multiple=True, help="Queues not to consume, comma-separated."),
+        click.option("-I", "--include", multiple=True,
+                     help="Modules to import (their tasks) before the worker starts, comma-separated."),
+        click.option("--purge", "--discard", "purge", is_flag=True, default=None,
+                     help="Delete the messages waiting in the consumed queues at start."),
         click.option("--prefetch-multiplier", type=int, help="Messages reserved per process (default: 4)."),
+        click.option("--disable-prefetch", is_flag=True, default=None,
+                     help="Refused, with its equivalent: --prefetch-multiplier 1 and acks_late tasks."),
         click.option("--autoscale", metavar="MAX[,MIN]",
                      help="Grow and shrink the pool between MIN and MAX."),
         click.option("--autoscaler", help="Autoscaler by name (default: default)."),
-        click.option("-l", "--loglevel", help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL."),
-        click.option("-n", "--hostname", help="Node name (default: worker@<host>)."),
+        click.option("-l", "--loglevel", help="DEBUG, INFO, WARNING (default), ERROR or CRITICAL (FATAL)."),
+        click.option("-n", "--hostname",
+                     help="Node name, as Celery's: w1@%h (%h host, %n its first label, %d its domain); "
+                          "default celery@<host>."),
         click.option("--time-limit", type=float, help="Hard time limit per task, in seconds."),
         click.option("--soft-time-limit", type=float, help="Soft time limit per task, in seconds."),
         click.option("--max-tasks-per-child", type=int, help="Replace a pool process after N tasks."),
         click.option("--max-memory-per-child", type=int, help="Replace a pool process above N KiB resident."),
-        click.option("-S", "--statedb", help="File that keeps the revoked task ids across restarts."),
-        click.option("-O", "scheduling", metavar="fair|fcfs",
-                     help="Dispatch to idle processes only (fair, default) or any."),
+        click.option("--pool-start-method", type=click.Choice(["fork", "spawn"]),
+                     help="How prefork children start: fork (the only one here)."),
+        click.option("-S", "--statedb",
+                     help="File that keeps the revoked task ids and the logical clock across restarts "
+                          "(%n, %h, %i expanded)."),
+        click.option("-O", "--optimization", "scheduling", metavar="fair|fcfs",
+                     help="Dispatch to idle processes only (fair, default; Celery's default) or any (fcfs)."),
+        click.option("--without-gossip", is_flag=True, default=None,
+                     help="Accepted, as Celery's: this worker gossips with no other worker."),
+        click.option("--without-mingle", is_flag=True, default=None,
+                     help="Accepted, as Celery's: this worker does not mingle at start."),
+        click.option("-D", "--detach", is_flag=True, default=None, help="Run in the background (a daemon)."),
+        click.option("-f", "--logfile", help="Log to this file (%n, %h, %i, %I expanded); default stderr."),
+        click.option("--pidfile", help="Write the worker's pid to this file (%n expanded); refuse to start "
+                                       "while a running process holds it."),
+        click.option("--uid", help="Drop privileges to this user (name or id)."),
+        click.option("--gid", help="Drop privileges to this group (name or id)."),
+        click.option("--umask", help="umask of the detached worker (octal with a leading 0)."),
+        click.option("--executable", help="Python executable of the detached worker."),
+        *global_options(),
         plugin_option,
     ]
 
@@ -217,7 +254,7 @@ def with_worker_options(func: F) -> F:
 
 
 def options_from_params(
-    params: dict[str, Any],
+    params: Mapping[str, Any],
     manager: PluginManager,
     *,
     plugin_values: Mapping[str, Any] | None = None,
@@ -228,20 +265,34 @@ def options_from_params(
     :param plugin_values: the values of the options plugins declared (see :func:`plugin_values`);
         they go to ``extra``.
     """
+    from .celery_options import check_disable_prefetch, check_pool, check_start_method
+
     base = defaults or WorkerOptions()
     changes: dict[str, Any] = {}
     simple = (
-        "app", "pool", "concurrency", "loop", "failover", "prefetch_multiplier", "autoscaler",
-        "time_limit", "soft_time_limit", "max_tasks_per_child", "max_memory_per_child", "scheduling",
-        "statedb",
+        "app", "failover", "prefetch_multiplier", "autoscaler", "time_limit", "soft_time_limit",
+        "max_tasks_per_child", "max_memory_per_child", "statedb", "logfile", "pidfile", "purge",
     )
     for name in simple:
         if params.get(name) is not None:
             changes[name] = params[name]
+    if params.get("loop") is not None:
+        changes["loop"] = params["loop"]
+    if params.get("pool") is not None:
+        changes["pool"] = check_pool(params["pool"], manager)
+    if params.get("concurrency") is not None:
+        concurrency = parse_concurrency(params["concurrency"])
+        if concurrency is not None:
+            changes["concurrency"] = concurrency
+    if params.get("scheduling") is not None:
+        changes["scheduling"] = SCHEDULING_NAMES.get(params["scheduling"], params["scheduling"])
+    check_start_method(params.get("pool_start_method"))
+    check_disable_prefetch(params.get("disable_prefetch"))
     if params.get("hostname") is not None:
         changes["hostname"] = parse_hostname(params["hostname"])
     if params.get("loglevel") is not None:
-        changes["loglevel"] = str(params["loglevel"]).upper()
+        level = str(params["loglevel"]).upper()
+        changes["loglevel"] = "CRITICAL" if level == "FATAL" else level
     if params.get("brokers"):
         changes["brokers"] = parse_brokers(params["brokers"])
         if not changes["brokers"]:
@@ -251,8 +302,15 @@ def options_from_params(
             )
     if params.get("queues"):
         changes["queues"] = parse_queues(params["queues"])
+    if params.get("exclude_queues"):
+        changes["queues"] = exclude_queues(changes.get("queues", base.queues), params["exclude_queues"])
     if params.get("autoscale"):
-        changes["autoscale"] = parse_autoscale(params["autoscale"])
+        changes["autoscale"] = parse_worker_autoscale(params["autoscale"])
+    hostname = changes.get("hostname", base.hostname)
+    for name, flag in (("statedb", "--statedb"), ("pidfile", "--pidfile")):
+        path = changes.get(name, getattr(base, name))
+        if path:
+            changes[name] = node_format(path, hostname, what=flag)
     loop = changes.get("loop")
     if loop is not None:
         choices = ["auto", *manager.names("loop")]
@@ -304,7 +362,7 @@ def declared_option_names(manager: PluginManager) -> set[str]:
 
 def prepare_app(
     spec: str, plugin_options: Collection[str] | Callable[[], Collection[str]] = (),
-    plugins: PluginManager | None = None,
+    plugins: PluginManager | None = None, configure: Callable[[Any], None] | None = None,
 ) -> tuple[Any, WorkerOptions]:
     """Load the app named by ``-A`` and the worker defaults its settings give.
 
@@ -314,7 +372,8 @@ def prepare_app(
     names no App); the serializers are checked once the module (and whatever it registers) is
     in, the ``auth`` serializer among them when the settings sign or verify messages. An app an
     app loader adapted (a :class:`~worker_core.slots.ForeignApp`) adds what its own
-    configuration says to the defaults.
+    configuration says to the defaults. ``configure(app)`` changes the app's settings first
+    (the command line's ``--config``, ``--result-backend``, ``-b``).
     """
     from .. import signing
     from ..app.loader import load_app
@@ -324,6 +383,8 @@ def prepare_app(
 
     check_environment(plugin_options=plugin_options)
     app = load_app(spec, plugins)
+    if configure is not None:
+        configure(app)
     settings = app.settings
     task_serializers = {name: task.serializer for name, task in app.tasks.items()}
     if signing.is_used(settings, task_serializers.values()):

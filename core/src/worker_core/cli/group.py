@@ -35,12 +35,31 @@ class _Commands(click.Group):
         return command  # type: ignore[no-any-return]
 
 
+def _with_global_options(func: Any) -> Any:
+    from .globals import global_options
+
+    for option in reversed(global_options(group=True)):
+        func = option(func)
+    return func
+
+
 @click.group(
     cls=_Commands, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
 )
 @click.version_option(package_name="worker-core", prog_name="workerctl")
-def main() -> None:
+@_with_global_options
+@click.pass_context
+def main(ctx: click.Context, /, **values: Any) -> None:
     """Run and inspect a task-queue worker built from plugins.
 
     It speaks Celery's message protocol v2: Celery clients can send it tasks and read results.
+    Celery's global options (-A, -b, --result-backend, --loader, --config, --workdir, -C, -q,
+    --skip-checks) may come before the command, as with celery: workerctl -A proj worker -l INFO.
     """
+    from .globals import apply_environment, defaults_for
+
+    apply_environment(values)
+    name = ctx.invoked_subcommand
+    command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, click.Group) and name else None
+    if command is not None and name:
+        ctx.default_map = {name: defaults_for(command, values)}

@@ -1,4 +1,4 @@
-"""``workerctl worker``: run a worker."""
+"""``workerctl worker``: run a worker, in the foreground or detached (``-D``)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,9 @@ import click
 
 from ..control.access import check_allow_list
 from ..exceptions import WorkerError, WorkerTerminate
-from ..plan import make_plan
 from . import collector
-from .common import (
-    PluginCommand,
-    check_endpoints,
-    fail,
-    options_from_params,
-    plugin_values,
-    prepare_app,
-    use_broker,
-    warn_failures,
-    with_worker_options,
-)
+from .common import PluginCommand, warn_failures, with_worker_options
+from .preparation import prepared, report_failure
 
 __all__ = ["worker"]
 
@@ -37,35 +27,52 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     """Start a worker for the app given with -A.
 
     SIGTERM or Ctrl-C stops it warmly (running tasks finish, messages not started go back to the
-    broker); a second one, or SIGQUIT, stops it cold.
+    broker); a second one, or SIGQUIT, stops it cold. Every option of Celery's `celery worker`
+    is taken with Celery's meaning (see docs/migrating-from-celery.md).
     """
-    from ..worker.banner import banner
+    from ..nodenames import node_format
     from ..worker.logs import setup_logging
-    from ..worker.worker import Worker
+    from .daemon import Pidfile, detach, drop_privileges, parse_umask, without_detach
 
     manager = ctx.obj
-    command = ctx.command
-    assert isinstance(command, PluginCommand)
     if not params.get("app"):
-        raise fail(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"))
+        raise report_failure(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"),
+                             params)
+    app, plan = prepared(ctx, params)
+    options = plan.options
+    pidfile = None
     try:
-        app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options},
-                                        manager)
-        app.use_plugins(manager)  # one set of hooks: the installed plugins' and the app's
-        values = plugin_values(command, params, manager, app.settings)
-        options = options_from_params(params, manager, plugin_values=values, defaults=defaults)
-        if params.get("brokers"):
-            use_broker(app, ";".join(options.brokers))
-        plan = make_plan(options, manager, broker_urls=app.broker_urls,
-                         result_url=app.settings.result_backend)
-        check_endpoints(manager, app.settings, plan.selection)
         if plan.options.remote_control:
             check_allow_list(manager, app.settings.worker_remote_control_allow)
+        logfile = (node_format(options.logfile, options.hostname, what="--logfile") if options.logfile
+                   else None)
+        umask = parse_umask(params.get("umask"))
+        if options.pidfile:
+            pidfile = Pidfile(options.pidfile)
+            pidfile.check()
+        drop_privileges(params.get("uid"), params.get("gid"))
+        if params.get("detach"):
+            detach(without_detach(sys.argv[1:]), executable=params.get("executable"), logfile=logfile,
+                   umask=umask)
+        if pidfile is not None:
+            pidfile.acquire()
+        setup_logging(plan.options.loglevel, secrets=_secrets(app, plan), logfile=logfile)
     except WorkerError as exc:
-        raise fail(exc) from None
-    setup_logging(plan.options.loglevel, secrets=_secrets(app, plan))
+        raise report_failure(exc, params) from None
+    try:
+        _run(app, plan, manager, params)
+    finally:
+        if pidfile is not None:
+            pidfile.release()
+
+
+def _run(app: Any, plan: Any, manager: Any, params: dict[str, Any]) -> None:
+    from ..worker.banner import banner
+    from ..worker.worker import Worker
+
     warn_failures(manager)
-    click.echo(banner(app, plan, manager, params["app"]))
+    if not params.get("quiet"):
+        click.echo(banner(app, plan, manager, params["app"]))
     running = Worker(app, plan, manager)
     running.before_consuming.append(collector.resume)
     _install_signals(running)

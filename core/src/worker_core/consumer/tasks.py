@@ -65,6 +65,8 @@ class TaskConsumer:
         self._qos_follow_up = False
         #: the connection's transport reads deliveries ahead of the loop (``BuffersDeliveries``)
         self._buffers = False
+        #: ``--purge`` was done (once, on the first connection, as Celery does it at start)
+        self._purged = False
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -88,6 +90,8 @@ class TaskConsumer:
             self._initial_prefetch = None
             self.reduced = False
             self._wait_on_broker(connection, queues)
+        if consumer.options.purge and not self._purged:
+            self._purge(connection, queues)
         consumer.poison.warn_uncapped([queue.name for queue in queues if not is_quorum(queue)])
         self._dead_letters_declared = False
         self.kombu = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
@@ -139,6 +143,14 @@ class TaskConsumer:
                            ", ".join(q.name for q in queues),
                            self.consumer.app.settings.broker_native_delayed_delivery_queue_type,
                            type(exc).__name__, exc)
+
+    def _purge(self, connection: Any, queues: list[Any]) -> None:
+        """``--purge``: delete what waits in the consumed queues, before the first message is taken."""
+        self._purged = True
+        channel = connection.default_channel
+        erased = sum(queue.bind(channel).purge() or 0 for queue in queues)
+        logger.warning("purge: Erased %d message%s from the queue%s %s", erased, "" if erased == 1 else "s",
+                       "" if len(queues) == 1 else "s", ", ".join(queue.name for queue in queues))
 
     def _declared(self, connection: Any, queues: list[Any]) -> list[Any]:
         """The queues as the broker has them, when its transport adopts queues that exist with

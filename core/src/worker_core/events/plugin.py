@@ -61,7 +61,7 @@ def _interval(text: str) -> float:
 @hookimpl
 def worker_options() -> list[OptionSpec]:
     return [
-        OptionSpec("task_events", ("-E", "--task-events"), is_flag=True,
+        OptionSpec("task_events", ("-E", "--task-events", "--events"), is_flag=True,
                    help="Send task events for monitors such as Flower (also worker_send_task_events)."),
         OptionSpec("without_heartbeat", ("--without-heartbeat",), is_flag=True,
                    help="Send no worker-online/heartbeat/offline events."),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from worker_core.exceptions import ConfigurationError
+from worker_core.exceptions import AppImportError, ConfigurationError
 
 from .app import CeleryApp
 
@@ -42,10 +42,8 @@ class CeleryLoader:
             found.loader.init_worker()
             found.finalize(auto=True)
         except Exception as exc:
-            raise ConfigurationError(
-                f"the Celery app {spec!r} failed to set up its worker (importing its task modules): "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+            raise AppImportError.of(f"a task module of the Celery app {spec!r} (imports, include, "
+                                    f"autodiscovery)", exc) from exc
         try:
             app = CeleryApp(found, spec)
         except ConfigurationError as exc:

@@ -125,7 +125,8 @@ def _setup_logging(celery: Celery, worker: Worker) -> bool:
     that hides secrets on every handler. True when a ``setup_logging`` receiver did it all."""
     root = logging.getLogger()
     guards = [f for handler in root.handlers for f in handler.filters if isinstance(f, SecretFilter)]
-    custom = bool(celery.log.setup(worker.options.loglevel, None, redirect_stdouts=False,
+    # --logfile as given: Celery expands its %n, %i and %I for the node, as under celery worker
+    custom = bool(celery.log.setup(worker.options.loglevel, worker.options.logfile, redirect_stdouts=False,
                                    hostname=worker.hostname))
     for handler in root.handlers:
         for guard in guards[:1]:
