@@ -17,6 +17,7 @@ COMMANDS = {
     "steps": ("steps_cmd", "steps"),
     "plugins": ("plugins_cmd", "plugins"),
     "dead-letters": ("deadletters_cmd", "dead_letters"),
+    "multi": ("multi", "multi"),
 }
 
 
