@@ -127,7 +127,7 @@ def test_the_beat_option_without_the_beat_plugin_names_the_path_to_install(tmp_p
 
 
 def test_celery_s_values_are_read_as_celery_reads_them() -> None:
-    from worker_core.options import parse_worker_autoscale
+    from worker_core.cli.celery_options import parse_worker_autoscale
 
     out = run("-A", "apps.basic", "steps", "-P", "prefork", "-c", "auto", "-O", "default", "-P", "processes",
               "--autoscale", "2,6", "-l", "fatal").stdout

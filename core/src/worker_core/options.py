@@ -22,21 +22,15 @@ __all__ = [
     "Autoscale",
     "OptionSpec",
     "WorkerOptions",
-    "auto_concurrency",
     "did_you_mean",
-    "exclude_queues",
     "parse_autoscale",
     "parse_brokers",
-    "parse_concurrency",
     "parse_hostname",
     "parse_queues",
-    "parse_worker_autoscale",
 ]
 
 LOGLEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 SCHEDULING = ("fair", "fcfs")
-#: Celery's names for the scheduling (``-O default`` is fair since Celery 4)
-SCHEDULING_NAMES = {"default": "fair"}
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
@@ -233,69 +227,6 @@ def parse_autoscale(text: str) -> Autoscale:
             f"did you mean {low},{high}?)"
         )
     return Autoscale(max=high, min=low)
-
-
-def parse_worker_autoscale(text: str) -> Autoscale:
-    """Parse ``--autoscale`` as ``celery worker`` does: two numbers in either order (the larger
-    is MAX), or MAX alone."""
-    parts = str(text).split(",")
-    if len(parts) == 2:
-        try:
-            numbers = sorted((int(parts[0]), int(parts[1])), reverse=True)
-        except ValueError:
-            pass
-        else:
-            text = f"{numbers[0]},{numbers[1]}"
-    return parse_autoscale(text)
-
-
-def auto_concurrency() -> int:
-    """``-c auto``: the CPUs this process may run on (its affinity), fewer when its cgroup's CPU
-    quota allows fewer, at least 1."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    try:
-        with open("/sys/fs/cgroup/cpu.max", encoding="ascii") as file:
-            quota, period = [*file.read().split(), "100000"][:2]
-        if quota != "max":
-            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
-    except (OSError, ValueError):
-        pass
-    return max(1, cpus)
-
-
-def parse_concurrency(value: str | int) -> int | None:
-    """``-c N`` or ``-c auto``; 0 (or nothing) leaves the default (the app's
-    ``worker_concurrency``, else the CPU count), as in Celery."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    else:
-        text = str(value).strip()
-        if text.lower() == "auto":
-            return auto_concurrency()
-        try:
-            number = int(text)
-        except ValueError:
-            raise ConfigurationError(
-                f"--concurrency must be a whole number or auto (got {value!r}), for example -c 8"
-            ) from None
-    if number < 0:
-        raise ConfigurationError(f"--concurrency must be 0 or more, or auto (got {number})")
-    return number or None
-
-
-def exclude_queues(queues: Sequence[str], excluded: str | Iterable[str]) -> tuple[str, ...]:
-    """``queues`` without those ``-X`` names; refused when none is left."""
-    names = parse_queues(excluded)
-    left = tuple(queue for queue in queues if queue not in names)
-    if not left:
-        raise ConfigurationError(
-            f"--exclude-queues {','.join(names)} leaves no queue to consume (of {', '.join(queues)}); "
-            f"name the queues to consume with -Q"
-        )
-    return left
 
 
 def parse_queues(values: str | Iterable[str]) -> tuple[str, ...]:

@@ -15,16 +15,12 @@ from click.core import ParameterSource
 from ..exceptions import ConfigurationError, WorkerError
 from ..nodenames import node_format
 from ..options import (
-    SCHEDULING_NAMES,
     OptionSpec,
     WorkerOptions,
     did_you_mean,
-    exclude_queues,
     parse_brokers,
-    parse_concurrency,
     parse_hostname,
     parse_queues,
-    parse_worker_autoscale,
     scheme_of,
 )
 from ..plugins.manager import PluginManager
@@ -265,7 +261,15 @@ def options_from_params(
     :param plugin_values: the values of the options plugins declared (see :func:`plugin_values`);
         they go to ``extra``.
     """
-    from .celery_options import check_disable_prefetch, check_pool, check_start_method
+    from .celery_options import (
+        SCHEDULING_NAMES,
+        check_disable_prefetch,
+        check_pool,
+        check_start_method,
+        exclude_queues,
+        parse_concurrency,
+        parse_worker_autoscale,
+    )
 
     base = defaults or WorkerOptions()
     changes: dict[str, Any] = {}
