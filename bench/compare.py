@@ -7,6 +7,8 @@ time, CPU per task, memory.
 
 Dramatiq runs ``--processes N --threads 1`` for prefork, ``--processes 1 --threads N`` for threads
 and ``--processes 1 --threads 1`` for solo, with its own client (its message format differs).
+With ``-P asyncio`` this worker's no-op and latency tasks are ``async def`` (awaited on the loop)
+and Celery, which has no asyncio pool, runs ``-P threads``.
 Both workers dispatch to prefork children with fair scheduling, their default; ``-O fcfs`` runs
 this worker with ``-O fcfs`` and Celery with its equivalent, ``-O default``.
 
@@ -225,6 +227,7 @@ def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") ->
         return [sys.executable, "-m", "dramatiq", "dramatiq_app", "--processes", str(processes),
                 "--threads", str(threads), "--queues", "bench_dramatiq"]
     if kind == "celery":
+        pool = "threads" if pool == "asyncio" else pool  # Celery has no asyncio pool: its nearest
         return [sys.executable, "-m", "celery", "-A", "celery_app", "worker", "-P", pool,
                 "-c", str(concurrency), "-Q", QUEUE, "-l", "WARNING", "--without-gossip", "--without-mingle",
                 "--without-heartbeat", "-O", "fair" if scheduling == "fair" else "default"]
@@ -234,7 +237,8 @@ def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") ->
 
 def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port),
-               BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS))
+               BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS),
+               BENCH_ASYNC="1" if args.pool == "asyncio" else "0")
     return subprocess.Popen(command(kind, args.pool, args.concurrency, args.scheduling), cwd=APPS, env=env,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 

@@ -4,10 +4,13 @@ import asyncio
 import os
 
 import sleep_marks
-from saq import Queue
+from redis import asyncio as aioredis
+from saq.queue.redis import RedisQueue
 
-queue = Queue.from_url(os.environ["BENCH_BROKER"], name="bench_sleep",
-                       max_connections=int(os.environ.get("BENCH_CONCURRENCY", "10")) + 100)
+# one connection per running job and a few more: redis-py's pool refuses more than it allows
+queue = RedisQueue(aioredis.from_url(os.environ["BENCH_BROKER"],
+                                     max_connections=int(os.environ.get("BENCH_CONCURRENCY", "10")) + 100),
+                   name="bench_sleep")
 
 
 async def sleep1(ctx, *, seconds):

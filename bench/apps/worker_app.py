@@ -9,14 +9,22 @@ from worker_core import App
 app = App("bench", broker=os.environ["BENCH_BROKER"], task_ignore_result=True)
 
 
-@app.task(name="bench.noop", ignore_result=True)
-def noop():
-    sink.noop()
+if os.environ.get("BENCH_ASYNC") == "1":  # -P asyncio: async def tasks, awaited on its loop
+    @app.task(name="bench.noop", ignore_result=True)
+    async def noop():
+        sink.noop()
 
+    @app.task(name="bench.latency", ignore_result=True)
+    async def latency(sent_at):
+        sink.latency(sent_at)
+else:
+    @app.task(name="bench.noop", ignore_result=True)
+    def noop():
+        sink.noop()
 
-@app.task(name="bench.latency", ignore_result=True)
-def latency(sent_at):
-    sink.latency(sent_at)
+    @app.task(name="bench.latency", ignore_result=True)
+    def latency(sent_at):
+        sink.latency(sent_at)
 
 
 @app.task(name="bench.sleep", ignore_result=True)
