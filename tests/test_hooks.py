@@ -77,8 +77,10 @@ def task_succeeded(request, runtime, result):
 
 
 @hookimpl
-def task_failed(request, exc_type, exc_message):
-    record("task_failed", id=request.id, exc_type=exc_type)
+def task_failed(request, exception, exc_type, exc_message, traceback):
+    record("task_failed", id=request.id, exc_type=exc_type, exc_message=exc_message,
+           exception=type(exception).__module__ + "." + type(exception).__qualname__,
+           traceback=traceback.strip().splitlines()[-1])
 
 
 @hookimpl
@@ -243,6 +245,11 @@ def test_task_hooks_run_where_the_task_runs_and_worker_hooks_in_the_main_process
     assert [call["state"] for call in _hooks(record, "task_postrun")].count("SUCCESS") >= 2
     [failure] = _hooks(record, "task_failure")
     assert failure["exception"] == "Boom" and failure["has_traceback"] is True
+    # the worker's main process gets the exception itself, sent over from the prefork child
+    [failed] = _hooks(record, "task_failed")
+    assert failed["exception"] == "apps.basic.Boom"
+    assert (failed["exc_type"], failed["exc_message"]) == ("Boom", "boom")
+    assert failed["traceback"] == "apps.basic.Boom: boom"
     # as Celery sends its signals: once the outcome is stored, so a hook reading it finds it
     assert failure["stored"] == "FAILURE"
     assert {call["stored"] for call in _hooks(record, "task_success")} == {"SUCCESS"}

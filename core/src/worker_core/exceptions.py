@@ -41,6 +41,7 @@ __all__ = [
     "TimeLimitExceeded",
     "TopologyError",
     "TransportError",
+    "UnpicklableError",
     "WorkerError",
     "WorkerLostError",
     "WorkerTerminate",
@@ -252,6 +253,25 @@ class ChordError(TaskError):
 
 class TaskRevokedError(TaskError):
     """A task was revoked, or expired before it could run."""
+
+
+class UnpicklableError(TaskError):
+    """Stands in for a task's exception that could not go from the process that ran it to the
+    worker's as it is (it does not pickle, or not back): its class's name and module, its
+    message (``str``) and its ``repr`` are kept."""
+
+    def __init__(self, exc_type: str, exc_module: str, message: str, text: str) -> None:
+        self.exc_type = exc_type
+        self.exc_module = exc_module
+        self.message = message
+        self.text = text
+        super().__init__(exc_type, exc_module, message, text)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 # -- pools --------------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 
 :func:`execute` is what the worker hands to the pool: a module-level function taking plain data,
 so a process pool can send it to a child. It never raises for a task's own errors; it stores
-the result and returns a small outcome tuple for the worker's log and acknowledgement rules.
+the result and returns the task's :class:`~worker_core.results.outcome.Outcome` for the worker's
+log, hooks and acknowledgement rules.
 """
 
 from __future__ import annotations
@@ -17,22 +18,20 @@ from typing import TYPE_CHECKING, Any
 from .aio import register_async_form, run_coroutine
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
-from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry
+from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry, TaskRevokedError
 from .protocol import parse_iso, safe_repr, shown, utcnow
-from .results.meta import FAILURE, RETRY, STARTED, SUCCESS, encode_exception
+from .results.meta import FAILURE, IGNORED, REJECTED, RETRY, REVOKED, STARTED, SUCCESS
+from .results.outcome import Outcome, store_outcome
 
 if TYPE_CHECKING:
     from .app.base import App
     from .canvas.after import Workflow
     from .plugins.hooks import Hooks
 
-__all__ = ["Outcome", "aexecute", "execute", "install", "process_finalizer", "process_initializer",
-           "reject_reason", "request_mapping"]
+__all__ = ["aexecute", "execute", "install", "process_finalizer", "process_initializer", "reject_reason",
+           "request_mapping"]
 
 logger = logging.getLogger("worker.execution")
-
-#: ``(kind, runtime, *details)``; kind is success, failure, retry, ignored or reject.
-Outcome = tuple[Any, ...]
 
 _app: App | None = None
 _hooks: Hooks | None = None
@@ -75,16 +74,6 @@ def request_mapping(name: str, task_id: str, args: list[Any], kwargs: dict[str, 
     return mapping
 
 
-def _store(
-    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any],
-    serializer: str | None,
-) -> None:
-    if serializer is None:  # the backend's own, the result_serializer setting
-        app.backend.store_result(task_id, result, state, tb, request)
-    else:
-        app.backend.store_result(task_id, result, state, tb, request, serializer=serializer)
-
-
 def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
             log_result: bool, embed: Mapping[str, Any] | None = None) -> Outcome:
     """Run task ``name`` with ``args``/``kwargs``, store its state, and do what follows it
@@ -93,7 +82,8 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
 
     :param fields: the request's message fields, in :data:`MESSAGE_FIELDS` order (retries, eta,
         root_id, delivery_info, ...).
-    :param log_result: put the return value's repr in the outcome (for the worker's log).
+    :param log_result: report the return value's repr as a success's value (for the worker's
+        log and the ``task_succeeded`` hook); None without.
     :param embed: the message's embed when it holds something to do after the task (callbacks,
         errbacks, a chain, a chord), with ``replaced_task_nesting`` when the task replaced
         another; None for a plain task.
@@ -161,7 +151,8 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
     context.called_directly = False
     expires = context.expires
     if expires is not None and parse_iso(expires) <= utcnow():
-        return ("expired",)  # it waited in the pool past its expiry: not run
+        # it waited in the pool past its expiry: not run (the worker stores REVOKED)
+        return Outcome(REVOKED, exception=TaskRevokedError("expired"))
     store = not (context.ignore_result or task.ignore_result)
     request = request_mapping(name, task_id, args, kwargs, fields) if store else {}
     hooks = _implemented
@@ -177,18 +168,19 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
         except CanvasError as exc:
             return _unusable_embed(app, context, exc, store, request, serializer)
     if store and task.track_started:
-        _store(app, task_id, {"pid": os.getpid(), "hostname": context.hostname}, STARTED, None, request,
-               serializer)
+        store_outcome(app.backend, Outcome(STARTED, value={"pid": os.getpid(), "hostname": context.hostname},
+                                           task_id=task_id, request=request), serializer)
     push(context)
     try:
         if workflow is not None and context.delivery_info.get("redelivered"):
             try:
                 if workflow.already_succeeded(context):
-                    return ("ignored", perf_counter() - started)
+                    return Outcome(IGNORED, perf_counter() - started)
             except Exception as exc:
                 logger.exception("Task %s[%s] was delivered again and had succeeded, but what follows it "
                                  "could not be sent again: it goes back to the queue", name, task_id)
-                return ("reject", perf_counter() - started, True, safe_repr(exc, 200))
+                return Outcome(REJECTED, perf_counter() - started,
+                               exception=Reject(safe_repr(exc, 200), requeue=True))
         if "task_prerun" in hooks:
             _hook("task_prerun", task_id=task_id, task=task, args=args, kwargs=kwargs, request=context)
         try:
@@ -200,9 +192,10 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
         except Retry as exc:
             runtime = perf_counter() - started
             reason = exc.exc if exc.exc is not None else exc
+            outcome = Outcome(RETRY, runtime, exception=exc, traceback=_traceback(exc.exc), task_id=task_id,
+                              request=request)
             if store:
-                _safe_store(app, task_id, encode_exception(reason), RETRY, _traceback(exc.exc), request,
-                            serializer)
+                _safe_store(app, outcome, serializer)
             if "on_retry" in handlers:
                 call_handler(task, "on_retry", _label(context), exc.exc, task_id, args, kwargs,
                              ExceptionInfo.of(exc))
@@ -210,23 +203,27 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
                 _hook("task_retry", task=task, task_id=task_id, request=context, reason=reason,
                       traceback=reason.__traceback__)
             _postrun(hooks, task, task_id, args, kwargs, exc, RETRY, context)
-            return ("retry", runtime, str(exc))
+            return outcome
         except Ignore as exc:
-            _postrun(hooks, task, task_id, args, kwargs, exc, "IGNORED", context)
-            return ("ignored", perf_counter() - started)
+            _postrun(hooks, task, task_id, args, kwargs, exc, IGNORED, context)
+            return Outcome(IGNORED, perf_counter() - started)
         except Reject as exc:
-            _postrun(hooks, task, task_id, args, kwargs, exc, "REJECTED", context)
-            return ("reject", perf_counter() - started, bool(exc.requeue), reject_reason(exc.reason))
+            _postrun(hooks, task, task_id, args, kwargs, exc, REJECTED, context)
+            # its reason as text: what it holds need not make the trip from a pool's process
+            return Outcome(REJECTED, perf_counter() - started,
+                           exception=Reject(reject_reason(exc.reason), requeue=bool(exc.requeue)))
         except Exception as exc:
             runtime = perf_counter() - started
             text = traceback.format_exc()
+            outcome = Outcome(FAILURE, runtime, exception=exc, traceback=text, task_id=task_id,
+                              request=request)
             if store:
-                _safe_store(app, task_id, encode_exception(exc), FAILURE, text, request, serializer)
+                _safe_store(app, outcome, serializer)
             if workflow is not None:
                 workflow.failed(context, exc, text)
             _failed(hooks, task, handlers, context, exc, text)
             _postrun(hooks, task, task_id, args, kwargs, exc, FAILURE, context)
-            return ("failure", runtime, type(exc).__name__, safe_repr(exc, 500), text)
+            return outcome
         runtime = perf_counter() - started
         if workflow is not None:
             # sent before the result is stored, so that it lists them as its children
@@ -241,7 +238,8 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
             if context.children:
                 request["children"] = [child.as_tuple() for child in context.children]
             try:
-                _store(app, task_id, retval, SUCCESS, None, request, serializer)
+                succeeded = Outcome(SUCCESS, runtime, retval, task_id=task_id, request=request)
+                store_outcome(app.backend, succeeded, serializer)
             except Exception as exc:  # the value could not be encoded, or the backend failed
                 error = ResultError(
                     f"the task returned but its result could not be stored: {type(exc).__name__}: {exc}"
@@ -262,7 +260,7 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
         if "after_return" in handlers:
             call_handler(task, "after_return", _label(context), SUCCESS, retval, task_id, args, kwargs, None)
         _postrun(hooks, task, task_id, args, kwargs, retval, SUCCESS, context)
-        return ("success", runtime, safe_repr(retval, 300) if log_result else None)
+        return Outcome(SUCCESS, runtime, safe_repr(retval, 300) if log_result else None)
     finally:
         pop()
 
@@ -302,13 +300,14 @@ def _failed_after(app: App, hooks: set[str] | frozenset[str], task: Any, handler
     text = traceback.format_exc()
     logger.error("Task %s: %s", _label(context), error)
     task_id = str(context.id)
+    outcome = Outcome(FAILURE, runtime, exception=error, traceback=text, task_id=task_id, request=request)
     if store:
-        _safe_store(app, task_id, encode_exception(error), FAILURE, text, request, serializer)
+        _safe_store(app, outcome, serializer)
     if workflow is not None:
         workflow.failed(context, error, text)
     _failed(hooks, task, handlers, context, error, text)
     _postrun(hooks, task, task_id, context.args, context.kwargs, error, FAILURE, context)
-    return ("failure", runtime, type(error).__name__, safe_repr(error, 500), text)
+    return outcome
 
 
 def _unusable_embed(app: App, context: TaskContext, error: CanvasError, store: bool,
@@ -318,8 +317,9 @@ def _unusable_embed(app: App, context: TaskContext, error: CanvasError, store: b
     logger.error("Task %s not run: its message carries a canvas this worker cannot honour: %s",
                  _label(context), error)
     if store:
-        _safe_store(app, str(context.id), encode_exception(error), FAILURE, None, request, serializer)
-    return ("failure", 0.0, type(error).__name__, safe_repr(error, 500), f"{type(error).__name__}: {error}")
+        _safe_store(app, Outcome(FAILURE, exception=error, task_id=str(context.id), request=request),
+                    serializer)
+    return Outcome(FAILURE, exception=error, traceback=f"{type(error).__name__}: {error}")
 
 
 def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: list[Any],
@@ -329,14 +329,11 @@ def _postrun(hooks: set[str] | frozenset[str], task: Any, task_id: str, args: li
               state=state, request=context)
 
 
-def _safe_store(
-    app: App, task_id: str, result: Any, state: str, tb: str | None, request: Mapping[str, Any],
-    serializer: str | None,
-) -> None:
+def _safe_store(app: App, outcome: Outcome, serializer: str | None) -> None:
     try:
-        _store(app, task_id, result, state, tb, request, serializer)
+        store_outcome(app.backend, outcome, serializer)
     except Exception:
-        logger.exception("could not store state %s for task %s", state, task_id)
+        logger.exception("could not store state %s for task %s", outcome.state, outcome.task_id)
 
 
 def _traceback(exc: BaseException | None) -> str | None:

@@ -305,20 +305,23 @@ def task_succeeded(request: Request, runtime: float, result: str | None) -> None
 
 
 @hookspec
-def task_failed(request: Request, exc_type: str, exc_message: str, runtime: float, exception: str,
+def task_failed(request: Request, exception: BaseException, exc_type: str, exc_message: str, runtime: float,
                 traceback: str) -> None:
-    """The task raised, timed out, or lost its process; ``exception`` is the exception's repr,
-    ``traceback`` the task's own (empty when it did not raise).
+    """The task raised, timed out, or lost its process.
 
     Main process, loop thread.
 
     :param request: the :class:`~worker_core.request.Request`: ``id``, ``name``, ``envelope`` (the decoded
         message), ``message``
-    :param exc_type: the exception's class name
-    :param exc_message: its message
+    :param exception: the exception itself: what the task raised (sent over from the pool's
+        process; one that cannot make the trip arrives as an
+        :class:`~worker_core.exceptions.UnpicklableError` standing in for it, with its class's
+        name, its message and its repr), or the ``TimeLimitExceeded``/``WorkerLostError`` the
+        worker decided
+    :param exc_type: the class name of the exception (of the one a stand-in stands for)
+    :param exc_message: its message, ``str(exception)``
     :param runtime: seconds the task ran (0 when its process died)
-    :param exception: its repr
-    :param traceback: the task's formatted traceback, or ``""``
+    :param traceback: the task's formatted traceback, or ``""`` (it did not raise where it ran)
 
     Not first-result: every implementation is called; what it returns is ignored.
     """

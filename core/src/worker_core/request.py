@@ -25,7 +25,8 @@ from .exceptions import (
 from .execution import execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
 from .protocol.headers import PROTOCOL_HEADERS, carried_count
-from .results.meta import FAILURE, RETRY, REVOKED, encode_exception
+from .results.meta import FAILURE, REJECTED, RETRY, REVOKED, SUCCESS
+from .results.outcome import Outcome, store_outcome
 from .slots import StopsOneJob
 
 if TYPE_CHECKING:
@@ -220,36 +221,42 @@ class Request:
             self.acknowledge()
         self.consumer.reservations.task_started(self)
 
-    def on_result(self, outcome: tuple[Any, ...]) -> None:
+    def on_result(self, outcome: Outcome) -> None:
         self.consumer.inbox.call(self._result, outcome)
 
-    def _result(self, outcome: tuple[Any, ...]) -> None:
+    def _result(self, outcome: Outcome) -> None:
         if self.finished:
             return
-        kind = outcome[0]
+        state = outcome.state
         consumer = self.consumer
-        if kind == "success":
+        if state == SUCCESS:
             if consumer.log_info:
-                logger.info("Task %s succeeded in %.6fs: %s", self.label, outcome[1], outcome[2])
-            consumer.notify("task_succeeded", request=self, runtime=outcome[1], result=outcome[2])
+                logger.info("Task %s succeeded in %.6fs: %s", self.label, outcome.runtime, outcome.value)
+            consumer.notify("task_succeeded", request=self, runtime=outcome.runtime, result=outcome.value)
             self._ack_late()
-        elif kind == "failure":
-            logger.error("Task %s raised unexpected: %s\n%s", self.label, outcome[3], outcome[4].rstrip())
-            consumer.notify("task_failed", request=self, exc_type=outcome[2], exc_message=outcome[3],
-                            runtime=outcome[1], exception=outcome[3], traceback=outcome[4])
+        elif state == FAILURE:
+            exc = outcome.exception
+            assert exc is not None
+            traceback = outcome.traceback or ""
+            logger.error("Task %s raised unexpected: %s\n%s", self.label, safe_repr(exc, 500),
+                         traceback.rstrip())
+            self._notify_failed(exc, outcome.exc_type, outcome.runtime, traceback)
             self._settle_failure(timeout=False)
-        elif kind == "retry":
+        elif state == RETRY:
+            reason = _text(outcome.exception)
             if consumer.log_info:
-                logger.info("Task %s retry: %s", self.label, outcome[2])
-            consumer.notify("task_retried", request=self, reason=outcome[2])
+                logger.info("Task %s retry: %s", self.label, reason)
+            consumer.notify("task_retried", request=self, reason=reason)
             self._ack_late()
-        elif kind == "expired":
-            self.discard("expired")
-        elif kind == "reject":
-            requeue, reason = outcome[2], outcome[3]
+        elif state == REVOKED:  # expired while it waited in the pool
+            self.discard(_text(outcome.exception))
+        elif state == REJECTED:
+            rejection = outcome.exception
+            requeue = bool(getattr(rejection, "requeue", False))
+            reason = str(getattr(rejection, "reason", ""))
             logger.warning("Task %s rejected itself (requeue=%s): %s", self.label, requeue, reason)
             if not requeue:
-                self._fail_rejected(reason, outcome[1])
+                self._fail_rejected(reason, outcome.runtime)
             consumer.notify("task_rejected", request=self, reason=reason, requeue=requeue)
             self.reject(requeue=requeue, reason=f"the task rejected it: {reason}")
         else:  # ignored
@@ -260,10 +267,13 @@ class Request:
         """A message its task rejected without requeueing never runs again: as Celery 5.7 does,
         its result is FAILURE (the task's ``Reject``), its errbacks run, its chord counts it."""
         error = Reject(reason, False)
-        self.store(encode_exception(error), FAILURE, None)
+        self.store(self.outcome(FAILURE, error))
         self.follow(FAILURE, error, None)
-        self.consumer.notify("task_failed", request=self, exc_type="Reject", exc_message=str(error),
-                             runtime=runtime, exception=safe_repr(error), traceback="")
+        self._notify_failed(error, "Reject", runtime, "")
+
+    def _notify_failed(self, exc: BaseException, exc_type: str, runtime: float, traceback: str) -> None:
+        self.consumer.notify("task_failed", request=self, exception=exc, exc_type=exc_type,
+                             exc_message=_text(exc), runtime=runtime, traceback=traceback)
 
     def on_error(self, exc: BaseException) -> None:
         self.consumer.inbox.call(self._error, exc)
@@ -291,7 +301,7 @@ class Request:
         text = f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, TimeLimitExceeded):
             logger.error("Task %s failed: %s", self.label, text)
-        self.store(encode_exception(exc), FAILURE, text)
+        self.store(self.outcome(FAILURE, exc, text))
         self.follow(FAILURE, exc, text)
         if isinstance(exc, TimeLimitExceeded) and self.task.handlers:
             # its process is gone: the handlers run here, as in Celery
@@ -299,8 +309,7 @@ class Request:
                                                  ExceptionInfo.of(exc, text))),
                                  ("after_return", (FAILURE, exc, self.id, self.envelope.args,
                                                    self.envelope.kwargs, None))])
-        consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                        runtime=0.0, exception=safe_repr(exc), traceback="")
+        self._notify_failed(exc, type(exc).__name__, 0.0, "")
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
         consumer.reservations.task_done(self)
 
@@ -311,10 +320,9 @@ class Request:
         request (``task_done``)."""
         text = f"{type(exc).__name__}: {exc}"
         logger.error("Task %s failed: %s", self.label, text)
-        self.store(encode_exception(exc), FAILURE, text)
+        self.store(self.outcome(FAILURE, exc, text))
         self.follow(FAILURE, exc, text)
-        self.consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                             runtime=0.0, exception=safe_repr(exc), traceback="")
+        self._notify_failed(exc, type(exc).__name__, 0.0, "")
         self.reject(requeue=False, reason=text)
 
     def lost_count(self) -> int:
@@ -332,8 +340,7 @@ class Request:
             return False
         logger.error("Task %s lost its process (%s); sending it again (%d of %s)", self.label, exc, lost,
                      limit if limit is not None else "unlimited")
-        consumer.notify("task_failed", request=self, exc_type=type(exc).__name__, exc_message=str(exc),
-                        runtime=0.0, exception=safe_repr(exc), traceback="")
+        self._notify_failed(exc, type(exc).__name__, 0.0, "")
         if consumer.tasks.republish(self.message, {LOST_HEADER: lost}):
             self.acknowledge()
         else:
@@ -358,7 +365,7 @@ class Request:
 
     def _mark_revoked(self, reason: str) -> None:
         error = TaskRevokedError(reason)
-        self.store(encode_exception(error), REVOKED, None)
+        self.store(self.outcome(REVOKED, error))
         self.follow(REVOKED, error, None)
         self.consumer.notify("task_revoked", request=self, reason=reason)
         self.acknowledge()
@@ -391,7 +398,7 @@ class Request:
                                "again", self.label, exc)
         self.acknowledged = True  # its channel is gone: nothing to acknowledge or reject
         reason = Retry("cancelled by the worker after a connection loss")
-        self.store(encode_exception(reason), RETRY, None)
+        self.store(self.outcome(RETRY, reason))
         if self.task.handlers:
             self._call_handlers([("on_retry", (reason, self.id, self.envelope.args, self.envelope.kwargs,
                                                None))])
@@ -463,19 +470,22 @@ class Request:
         finally:
             pop()
 
-    def store(self, result: Any, state: str, traceback: str | None) -> None:
+    def outcome(self, state: str, exc: BaseException, traceback: str | None = None) -> Outcome:
+        """What this process decided became of the task (a revoke, a lost process, a time limit,
+        a poison message, a cancel after a lost connection), with its request as the backend
+        reads it."""
+        return Outcome(state, exception=exc, traceback=traceback, task_id=self.id,
+                       request=self.request_fields())
+
+    def store(self, outcome: Outcome) -> None:
+        """Store what this process decided became of the task, unless its results are ignored;
+        a failure to store is logged."""
         if self.envelope.ignore_result or self.task.ignore_result:
             return
-        backend = self.consumer.app.backend
-        serializer = self.task.result_serializer
         try:
-            if serializer is None:
-                backend.store_result(self.id, result, state, traceback, self.request_fields())
-            else:
-                backend.store_result(self.id, result, state, traceback, self.request_fields(),
-                                     serializer=serializer)
+            store_outcome(self.consumer.app.backend, outcome, self.task.result_serializer)
         except Exception:
-            logger.exception("could not store state %s for task %s", state, self.label)
+            logger.exception("could not store state %s for task %s", outcome.state, self.label)
 
     def _call_handlers(self, calls: list[tuple[str, tuple[Any, ...]]]) -> None:
         """The task's handlers for an outcome only this process sees, with ``task.request`` set."""
@@ -487,3 +497,11 @@ class Request:
 
 def _seconds(value: float) -> str:
     return f"{value:g}"
+
+
+def _text(exc: BaseException | None) -> str:
+    """``str(exc)`` that never raises (the exception is the task's own)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"

@@ -1207,8 +1207,9 @@ class ForeignApp(Protocol):
 
     #: what the consumer makes of each decoded message: a subclass of
     #: :class:`~worker_core.request.Request` (same constructor) whose ``execute_using_pool`` hands
-    #: the pool the framework's executor, and whose ``store`` records the states the worker
-    #: decides itself (revoked, lost process, time limit) through the framework's result backend
+    #: the pool the framework's executor (which returns a :class:`~worker_core.results.Outcome`),
+    #: and whose ``store(outcome)`` records the states the worker decides itself (revoked, lost
+    #: process, time limit) through the framework's result backend
     request_class: ClassVar[type[Any]]
 
     def worker_defaults(self, defaults: WorkerOptions) -> WorkerOptions:

@@ -23,7 +23,8 @@ from ..protocol import safe_repr
 from ..protocol.delays import strip_delay
 from ..protocol.headers import DEAD_LETTER_HEADERS
 from ..rates import parse_rate
-from ..results.meta import EXCEPTION_STATES, encode_exception
+from ..results.meta import EXCEPTION_STATES
+from ..results.outcome import Outcome, store_outcome
 from . import task_options as check
 from .context import TaskContext, current_context, pushed, workflow_options
 from .handlers import HANDLERS, ExceptionInfo, overridden
@@ -369,14 +370,12 @@ class Task:
         if not isinstance(state, str) or not state:
             raise ValueError(
                 f"update_state needs a state, a non-empty string such as 'PROGRESS' (got {state!r})")
-        if state in EXCEPTION_STATES and isinstance(meta, BaseException):
-            meta = encode_exception(meta)
         fields = request.as_dict() if request.id else None
-        backend = self.app.backend
-        if self.result_serializer is None:
-            backend.store_result(task_id, meta, state, traceback, fields)
+        if state in EXCEPTION_STATES and isinstance(meta, BaseException):
+            outcome = Outcome(state, exception=meta, traceback=traceback, task_id=task_id, request=fields)
         else:
-            backend.store_result(task_id, meta, state, traceback, fields, serializer=self.result_serializer)
+            outcome = Outcome(state, value=meta, traceback=traceback, task_id=task_id, request=fields)
+        store_outcome(self.app.backend, outcome, self.result_serializer)
 
     # -- handlers: the worker calls those a task overrides, where and when Celery calls them -----
 

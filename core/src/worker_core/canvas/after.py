@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import CanvasError
 from ..protocol import safe_repr
 from ..results.meta import FAILURE, PROPAGATE_STATES, REVOKED, SUCCESS, encode_exception
+from ..results.outcome import Outcome, store_outcome
 from .embed import apply_to_result, read_signature, read_signatures, send_callbacks
 from .signatures import Signature
 
@@ -204,7 +205,8 @@ def fail_chain(app: App, chain: Sequence[Any], exc: BaseException, traceback: st
                        "parent_id": options.get("parent_id"), "reply_to": options.get("reply_to"),
                        "correlation_id": task_id}
             try:
-                backend.store_result(task_id, encoded, FAILURE, traceback, request)
+                store_outcome(backend, Outcome(FAILURE, exception=exc, traceback=traceback, task_id=task_id,
+                                               request=request))
             except Exception:
                 logger.exception("could not store the failure of task %s after a failed step", task_id)
         if in_chord and task_id and not already_failed:

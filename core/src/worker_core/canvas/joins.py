@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import ChordError
 from ..results.meta import EXCEPTION_STATES, FAILURE, PROPAGATE_STATES, decode_exception, encode_exception
+from ..results.outcome import Outcome, store_outcome
 from ..slots import JoinsChords, SavesGroups
 from .kinds import maybe_signature
 from .signatures import Signature, _as_list, _new_id
@@ -178,7 +179,8 @@ def fail_task(app: App, sig: Signature, task_id: str, exc: BaseException, errbac
 def _store_failure(app: App, task_id: str, exc: BaseException, traceback: str | None,
                    request: Mapping[str, Any]) -> None:
     try:
-        app.backend.store_result(task_id, encode_exception(exc), FAILURE, traceback, request)
+        store_outcome(app.backend, Outcome(FAILURE, exception=exc, traceback=traceback, task_id=task_id,
+                                           request=request))
     except Exception:
         logger.exception("could not store the failure of task %s", task_id)
 

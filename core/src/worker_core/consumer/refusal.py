@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DecodeError, ProtocolError
 from ..protocol import safe_repr
-from ..results.meta import FAILURE, encode_exception
+from ..results.meta import FAILURE
+from ..results.outcome import Outcome, store_outcome
 from ..slots import DiscardsResults
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ def _fail_result(consumer: Consumer, message: Any, error: BaseException) -> None
             if value:
                 request[key] = value
     try:
-        backend.store_result(task_id, encode_exception(error), FAILURE, None, request)
+        store_outcome(backend, Outcome(FAILURE, exception=error, task_id=task_id, request=request))
     except Exception as exc:
         logger.error("Could not store the failure of refused message %s: %s: %s",
                      describe_message(message), type(exc).__name__, exc)

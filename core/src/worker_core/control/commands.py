@@ -21,7 +21,8 @@ import attrs
 from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
 from ..options import did_you_mean
 from ..rates import parse_rate
-from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED, encode_exception
+from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED
+from ..results.outcome import Outcome, store_outcome
 from ..slots import DiscardsResults, RepliesToSender, RestartsProcesses
 from .command import ControlCommand as Command
 from .configuration import conf
@@ -402,7 +403,8 @@ def _mark_revoked(worker: Worker, ids: list[str]) -> None:
     for task_id in ids:
         try:
             if backend.get_task_meta(task_id).get("status") in (PENDING, RECEIVED, RETRY, REJECTED):
-                backend.store_result(task_id, encode_exception(TaskRevokedError("revoked")), REVOKED)
+                revoked = Outcome(REVOKED, exception=TaskRevokedError("revoked"), task_id=task_id)
+                store_outcome(backend, revoked)
         except Exception as exc:
             logger.warning("Failed to mark task %s as revoked in the result backend: %s", task_id, exc)
 

@@ -202,8 +202,9 @@ class TaskEvents:
         self._send("task-succeeded", request, result=result, runtime=runtime)
 
     @hookimpl
-    def task_failed(self, request: Request, exception: str, traceback: str) -> None:
-        self._send("task-failed", request, exception=exception, traceback=traceback)
+    def task_failed(self, request: Request, exception: BaseException, traceback: str) -> None:
+        # Celery's event carries the exception's repr
+        self._send("task-failed", request, exception=safe_repr(exception, 500), traceback=traceback)
 
     @hookimpl
     def task_retried(self, request: Request, reason: str) -> None:

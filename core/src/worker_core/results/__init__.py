@@ -2,7 +2,8 @@
 
 Public (see :mod:`worker_core`): the task states, Celery's stored format (:func:`make_meta`,
 :func:`pending_meta`, the exception encoding) and :class:`ResultCodec` (the result serializers),
-for a result backend of one's own; the backends themselves are internal.
+for a result backend of one's own; :class:`Outcome`, what became of a task, and
+:func:`store_outcome`, the one way the worker stores it. The backends themselves are internal.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from .meta import (
     make_meta,
     pending_meta,
 )
+from .outcome import Outcome, store_outcome
 
 if TYPE_CHECKING:
     from .codec import ResultCodec
@@ -45,12 +47,14 @@ __all__ = [
     "STARTED",
     "SUCCESS",
     "UNREADY_STATES",
+    "Outcome",
     "ResultCodec",
     "decode_exception",
     "decode_result",
     "encode_exception",
     "make_meta",
     "pending_meta",
+    "store_outcome",
 ]
 
 

@@ -3,9 +3,9 @@
 signals behave as under ``celery worker``.
 
 :func:`execute` is what the worker hands the pool for a Celery app's task: a module-level
-function taking plain data (a prefork child gets it by reference). It returns the core's outcome
-tuple (see :func:`worker_core.execution.execute`), from which the worker's main process logs,
-acknowledges and sends events; the tracer has stored the result already.
+function taking plain data (a prefork child gets it by reference). It returns the task's
+:class:`~worker_core.results.Outcome`, from which the worker's main process logs, acknowledges and
+calls the hooks, as for any task; the tracer has stored the result already.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from celery.app import trace
 from celery.exceptions import Reject
 
 from worker_core.aio import run_coroutine
+from worker_core.exceptions import Reject as RejectOutcome
+from worker_core.exceptions import TaskRevokedError
 from worker_core.protocol import parse_iso, safe_repr, utcnow
+from worker_core.results import FAILURE, IGNORED, REJECTED, RETRY, REVOKED, SUCCESS, Outcome
 
 from .results import atomic_backend_for
 
@@ -126,13 +129,13 @@ class _TraceLines(logging.Filter):
 
 
 def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], kwargs: dict[str, Any],
-            embed: dict[str, Any] | None, log_result: bool) -> tuple[Any, ...]:
+            embed: dict[str, Any] | None, log_result: bool) -> Outcome:
     """Run Celery task ``name`` through its tracer and report the outcome.
 
     :param request: the message's headers with Celery's request fields (``delivery_info``,
         ``reply_to``, ``correlation_id``, ``properties``, ...), as Celery's worker builds it.
     :param embed: the message's ``callbacks``/``errbacks``/``chain``/``chord``.
-    :param log_result: put the return value's repr in the outcome (for the worker's log).
+    :param log_result: report the return value's repr as a success's value (for the worker's log).
     """
     app = _app
     assert app is not None, "worker_celery.execution.install() must run before tasks execute"
@@ -140,7 +143,8 @@ def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], k
         prepare_process()
     expires = request.get("expires")
     if isinstance(expires, str) and parse_iso(expires) <= utcnow():
-        return ("expired",)  # it waited in the pool past its expiry: not run
+        # it waited in the pool past its expiry: not run (the worker stores REVOKED)
+        return Outcome(REVOKED, exception=TaskRevokedError("expired"))
     task = app.tasks[name]
     request.update(args=args, kwargs=kwargs, hostname=_hostname, is_eager=False)
     if embed:
@@ -152,19 +156,23 @@ def execute(name: str, task_id: str, request: dict[str, Any], args: list[Any], k
             tracer = task.__trace__ = _build_tracer(name, task, app)
         retval, info, runtime, shown = tracer(task_id, args, kwargs, request)
     except Reject as exc:  # raised out of the tracer (a handler, or a redelivered duplicate)
-        return ("reject", monotonic() - started, bool(exc.requeue), reject_reason(exc.reason))
+        return _rejected(monotonic() - started, exc)
     runtime = runtime if runtime is not None else monotonic() - started
     if info is None:
-        return ("success", runtime, shown if log_result else None)
+        return Outcome(SUCCESS, runtime, shown if log_result else None)
     state = info.state
     if state == states.RETRY:
-        return ("retry", runtime, str(info.retval))
+        return Outcome(RETRY, runtime, exception=info.retval)
     if state == states.REJECTED:
-        reject = info.retval
-        return ("reject", runtime, bool(getattr(reject, "requeue", False)),
-                reject_reason(getattr(reject, "reason", reject)))
+        return _rejected(runtime, info.retval)
     if state == states.IGNORED:
-        return ("ignored", runtime)
-    error = info.retval
+        return Outcome(IGNORED, runtime)
     text = getattr(retval, "traceback", None) or ""
-    return ("failure", runtime, type(error).__name__, safe_repr(error, 500), text)
+    return Outcome(FAILURE, runtime, exception=info.retval, traceback=text)
+
+
+def _rejected(runtime: float, reject: Any) -> Outcome:
+    """A rejection, its reason as text (what it holds need not make the trip from a pool's process)."""
+    rejection = RejectOutcome(reject_reason(getattr(reject, "reason", reject)),
+                              requeue=bool(getattr(reject, "requeue", False)))
+    return Outcome(REJECTED, runtime, exception=rejection)

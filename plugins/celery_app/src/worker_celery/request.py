@@ -8,6 +8,7 @@ import logging
 from typing import TYPE_CHECKING, Any, cast
 
 from worker_core import Request
+from worker_core.results import FAILURE, RETRY, REVOKED, Outcome
 
 from .execution import execute
 from .tasks import CeleryTaskView
@@ -54,25 +55,27 @@ class CeleryRequest(Request):
             name=self.name,
         )
 
-    def store(self, result: Any, state: str, traceback: str | None) -> None:
+    def store(self, outcome: Outcome) -> None:
         """Record a state the worker decided (revoked, expired, a lost process, a time limit, a
         task cancelled after a lost connection) through the Celery app's backend, as Celery's
         worker does: ``mark_as_revoked``/``mark_as_failure``/``mark_as_retry``, which also count
-        a chord's part and call the errbacks."""
+        a chord's part and call the errbacks (the exception as Celery's own class, rebuilt from
+        the core's encoding)."""
         task = cast(CeleryTaskView, self.task).celery
         ignored = self.envelope.ignore_result or self.task.ignore_result
         store_errors = not ignored or task.store_errors_even_if_ignored
         backend = task.backend
         context = self.context(task.app)
+        state, traceback, result = outcome.state, outcome.traceback, outcome.stored()
         exc = backend.exception_to_python(result) if isinstance(result, dict) else result
         try:
-            if state == "REVOKED":
+            if state == REVOKED:
                 backend.mark_as_revoked(self.id, str(exc) or "revoked", request=context,
                                         store_result=store_errors)
-            elif state == "FAILURE":
+            elif state == FAILURE:
                 backend.mark_as_failure(self.id, exc, traceback, request=context, store_result=store_errors,
                                         call_errbacks=True)
-            elif state == "RETRY":
+            elif state == RETRY:
                 if store_errors:
                     backend.mark_as_retry(self.id, exc, traceback, request=context)
             elif store_errors:

@@ -129,8 +129,7 @@ class TaskMetrics:
         series.runtime.observe(runtime)
 
     @hookimpl
-    def task_failed(self, request: Request, exc_type: str, exc_message: str, runtime: float, exception: str,
-                    traceback: str) -> None:
+    def task_failed(self, request: Request, exc_type: str, runtime: float) -> None:
         series = self.series(request)
         self._arrivals.pop(request.id, None)  # a task failed before it started (its process lost)
         series.failed(exc_type).inc()
