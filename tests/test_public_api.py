@@ -116,7 +116,8 @@ MODULES = {
         "StepMissingError", "TaskError", "TaskRevokedError", "TimeLimitExceeded", "TopologyError",
         "TransportError", "UnpicklableError", "WorkerError", "WorkerLostError", "WorkerTerminate",
         "where_it_failed"],
-    "worker_core.hookspecs": ["CONTRIBUTION_HOOKS", "OBSERVER_HOOKS", "PROJECT", "hookimpl", "hookspec"],
+    "worker_core.hookspecs": ["CONTRIBUTION_HOOKS", "Gauge", "OBSERVER_HOOKS", "PROJECT", "hookimpl",
+                              "hookspec"],
     "worker_core.slots": [
         "AcceptCallback", "AcksSurviveReconnect", "AdoptsQueues", "AppLoader", "Autoscaler",
         "AutoscalerFactory", "BackendCountsDeliveries", "BuffersDeliveries", "CAPABILITIES", "ChordCount",
@@ -267,8 +268,8 @@ def test_the_hook_specs_are_pinned() -> None:
         "task_postrun", "task_prerun", "task_received", "task_rejected", "task_retried", "task_retry",
         "task_revoked", "task_started", "task_succeeded", "task_success", "worker_bootsteps",
         "worker_control_commands", "worker_init", "worker_options", "worker_process_init",
-        "worker_process_shutdown", "worker_ready", "worker_shutdown", "worker_shutting_down",
-        "worker_stopped", "worker_validate_options",
+        "worker_gauges", "worker_process_shutdown", "worker_ready", "worker_shutdown",
+        "worker_shutting_down", "worker_stopped", "worker_validate_options", "workerctl_commands",
     ])
     assert set(specs) == hookspecs.OBSERVER_HOOKS | hookspecs.CONTRIBUTION_HOOKS
 

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import pluggy
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from .request import Request
     from .worker.worker import Worker
 
-__all__ = ["CONTRIBUTION_HOOKS", "OBSERVER_HOOKS", "PROJECT", "hookimpl", "hookspec"]
+__all__ = ["CONTRIBUTION_HOOKS", "OBSERVER_HOOKS", "PROJECT", "Gauge", "hookimpl", "hookspec"]
 
 PROJECT = "worker"
 
@@ -57,6 +58,20 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 #: Marks a hook implementation: ``@hookimpl def worker_bootsteps(blueprint): ...``, with pluggy's
 #: options (``@hookimpl(tryfirst=True)``, ``@hookimpl(wrapper=True)``).
 hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+@attrs.frozen
+class Gauge:
+    """One value a plugin adds to the worker's metrics (:func:`worker_gauges`):
+    ``Gauge("worker_beat_leader", "1 while this worker sends the periodic tasks.", 1.0)``."""
+
+    #: the metric's name (Prometheus's rules: letters, digits and ``_``)
+    name: str
+    #: one line saying what it measures
+    help: str
+    value: float
+    #: label names and values (``hostname`` is added for the worker)
+    labels: Mapping[str, str] = attrs.field(factory=dict)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +157,38 @@ def worker_control_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
         ``handler(worker, **arguments) -> reply`` (a ``control`` command without arguments on the
         command line). Names must not collide with another plugin's, a built-in command's or
         ``inspect``/``control``; a collision is an error naming both.
+
+    Not first-result: every plugin's result is gathered, with the plugin that returned it.
+    """
+
+
+@hookspec
+def workerctl_commands() -> Mapping[str, Any]:  # type: ignore[empty-body]
+    """Contribute commands to ``workerctl`` (``workerctl beat``, say), as ``click`` commands.
+
+    Called in the ``workerctl`` process when a command that is not built in is asked for, and
+    for ``workerctl --help`` (so keep the module that defines the commands light, or import the
+    rest inside them). The command's own arguments ``-p no:NAME`` and ``WORKER_DISABLE_PLUGINS``
+    block plugins as for ``workerctl worker``.
+
+    :return: a mapping of command name to a ``click.Command``. A name taken by a built-in
+        command or another plugin's is an error naming both.
+
+    Not first-result: every plugin's result is gathered, with the plugin that returned it.
+    """
+
+
+@hookspec
+def worker_gauges(worker: Worker) -> Sequence[Gauge]:  # type: ignore[empty-body]
+    """Contribute gauges to the worker's metrics (``worker-metrics-prometheus`` serves them with
+    its own, each with a ``hostname`` label added).
+
+    Called in the main process, in the metrics server's thread, each time the metrics are read
+    (a Prometheus scrape): read what the plugin keeps, briefly, without waiting on the broker.
+    An implementation that raises is logged and its gauges are left out of that reading.
+
+    :param worker: the running worker
+    :return: :class:`Gauge` values; gauges of one name share their help and label names.
 
     Not first-result: every plugin's result is gathered, with the plugin that returned it.
     """
@@ -519,4 +566,5 @@ OBSERVER_HOOKS = frozenset({
 #: hooks whose results are gathered with the plugin that returned each
 CONTRIBUTION_HOOKS = frozenset({
     "worker_bootsteps", "worker_options", "worker_validate_options", "worker_control_commands",
+    "workerctl_commands", "worker_gauges",
 })

@@ -395,9 +395,15 @@ class App:
         group_id: str | None = None,
         serializer: str | None = None,
         shadow: str | None = None,
+        producer: Any = None,
         **options: Any,
     ) -> _AsyncResult:
         """Send a task by name (it need not be registered here) and return its result handle.
+
+        ``producer`` (a ``kombu.Producer``), as in Celery, publishes the message on its own
+        channel instead of this thread's connection (a scheduler sending under a lease does); the
+        result backend is not asked to watch for the result then (nobody here waits for it), and
+        the destination's queue and exchange are declared on that channel each time.
 
         ``options`` are those of canvas, as Celery's client takes them (see
         :func:`.sending.extra_options`): ``link``/``link_error`` (a signature or a list of them,
@@ -452,7 +458,7 @@ class App:
             destination = self.route(extra.route_name or name, queue, exchange, routing_key, args, kwargs,
                                      options)
             message.properties.update(extra.publish)  # _publish takes retry and retry_policy
-        if not ignore and not inside:
+        if not ignore and not inside and producer is None:
             # a client subscribes to the result before sending; a worker sending what follows a
             # task waits for none of it (as Celery's worker, which never joins)
             self.backend.on_task_call(task_id)
@@ -462,7 +468,8 @@ class App:
                 priority = self.settings.task_default_priority
         self._publish(name, message.body, destination, serializer or self.settings.task_serializer,
                       message.headers, priority=priority, expiration=message.expiration,
-                      delay=countdown if eta is None else message.headers.get("eta"), **message.properties)
+                      delay=countdown if eta is None else message.headers.get("eta"), producer=producer,
+                      **message.properties)
         result = AsyncResult(task_id, self)
         if in_task:  # a child of the running task, stored with its result as Celery's worker does
             add_child(result)
@@ -471,14 +478,18 @@ class App:
     def _publish(self, name: str, body: Any, destination: Destination, serializer: str,
                  headers: dict[str, Any],
                  retry: bool | None = None, retry_policy: Mapping[str, Any] | None = None,
-                 delay: float | str | None = None, **properties: Any) -> None:
+                 delay: float | str | None = None, producer: Any = None, **properties: Any) -> None:
         state = self._local
-        if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
-            state.connection, state.producer = connect_for_publishing(self)
-            state.pid = os.getpid()
-            state.declared = set()
-        declared = tuple((type(entity).__name__, entity.name) for entity in destination.declare)
-        declare = [] if declared in state.declared else list(destination.declare)
+        if producer is not None:
+            declared, declare = None, list(destination.declare)
+        else:
+            if getattr(state, "pid", None) != os.getpid() or getattr(state, "connection", None) is None:
+                state.connection, state.producer = connect_for_publishing(self)
+                state.pid = os.getpid()
+                state.declared = set()
+            producer = state.producer
+            declared = tuple((type(entity).__name__, entity.name) for entity in destination.declare)
+            declare = [] if declared in state.declared else list(destination.declare)
         exchange, routing_key = destination.exchange, destination.routing_key
         if delay is not None:
             exchange, routing_key = self._delayed(destination, delay)
@@ -503,7 +514,7 @@ class App:
             kwargs["serializer"] = serializer
         publish_retry = self.settings.task_publish_retry if retry is None else retry
         try:
-            state.producer.publish(
+            producer.publish(
                 body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
                 declare=declare, retry=publish_retry, retry_policy=policy, **kwargs,
             )
@@ -513,11 +524,12 @@ class App:
                 raise
             # the queue exists with other arguments (a quorum queue, say): it takes the message
             # as it is (the channel, closed by the refusal, is opened again by the publish)
-            state.producer.publish(
+            producer.publish(
                 body, exchange=exchange, routing_key=routing_key, delivery_mode=2, headers=headers,
                 retry=publish_retry, retry_policy=policy, **kwargs,
             )
-        state.declared.add(declared)
+        if declared is not None:
+            state.declared.add(declared)
         if "after_task_publish" in hooks.implemented:
             hooks.caller("after_task_publish")(name=name, body=message, exchange=exchange,
                                                routing_key=routing_key,

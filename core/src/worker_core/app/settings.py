@@ -129,6 +129,22 @@ def _one_of(choices: tuple[str, ...], *, optional: bool = False) -> Any:
     return check
 
 
+def _zone(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value is None:
+        return
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(value)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        known = zoneinfo.available_timezones()
+        raise ConfigurationError(
+            f"setting {attribute.name!r} names no time zone this machine knows (got {value!r})."
+            f"{did_you_mean(value, known)} Give an IANA name such as 'Europe/Berlin' or 'UTC' (install "
+            f"tzdata if the machine has none)"
+        ) from None
+
+
 def _queues(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     from .queues import check_queues
 
@@ -382,6 +398,37 @@ class Settings:
     #: the digest signatures use (a name from ``cryptography.hazmat.primitives.hashes``)
     security_digest: str = attrs.field(default="sha256", validator=[_check(str), _name])
 
+    # -- time, and periodic tasks (read by worker-beat: ``workerctl beat``, ``workerctl worker -B``)
+    #: the time zone crontab schedules are read in (an IANA name such as ``Europe/Berlin``); None:
+    #: UTC when ``enable_utc`` is on, else the machine's local zone, as in Celery
+    timezone: str | None = attrs.field(default=None, validator=[_check(str, optional=True), _zone])
+    #: with no ``timezone``, schedules are read in UTC; off: in the machine's local zone
+    enable_utc: bool = attrs.field(default=True, validator=_check(bool))
+    #: the periodic tasks, as Celery's: entry name to ``{"task", "schedule", "args", "kwargs",
+    #: "options", "relative"}``, the schedule a number of seconds, a ``timedelta``, a ``crontab``
+    #: or a ``solar`` (worker-beat checks each entry when the scheduler starts)
+    beat_schedule: Mapping[str, Any] = attrs.field(factory=dict, converter=_to_dict, validator=_check(dict))
+    #: where entries come from besides ``beat_schedule`` (``--scheduler``): ``store`` (entries
+    #: added at run time with ``workerctl beat add``, kept on the broker) or ``settings``; None:
+    #: ``store`` where the broker keeps records; Celery's default class is taken as None
+    beat_scheduler: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: Celery's file of the scheduler's state (``-s``); this scheduler keeps its state on the
+    #: broker, so a file given here is not used (a line says so)
+    beat_schedule_filename: str | None = attrs.field(default=None, validator=_check(str, optional=True))
+    #: the most seconds the scheduler waits before looking at the schedule again (entries added at
+    #: run time are seen within it); 0: one second
+    beat_max_loop_interval: float = attrs.field(default=0.0, validator=_check(NUMBER, minimum=0))
+    #: seconds past which a missed crontab run is not sent late; None: the catch-up window decides
+    #: (``beat_catch_up_window``), as in Celery
+    beat_cron_starting_deadline: float | None = attrs.field(
+        default=None, validator=_check(NUMBER, optional=True, minimum=0))
+    #: seconds a scheduler holds the lease that lets it send without renewing it: the bound on a
+    #: takeover after the sending scheduler dies (plus half a second; RabbitMQ: see its leases)
+    beat_lease_timeout: float = attrs.field(default=3.0, validator=_check(NUMBER, minimum=1))
+    #: seconds back a scheduler sends each run that was missed (a takeover, a restart); the runs
+    #: missed before that are sent once, as Celery sends a run missed while it was down
+    beat_catch_up_window: float = attrs.field(default=300.0, validator=_check(NUMBER, minimum=0))
+
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(field.name for field in attrs.fields(cls))
@@ -402,7 +449,7 @@ class Settings:
 OWN_SETTINGS = frozenset({
     "broker_failback_interval", "task_default_retry_delay", "worker_redelivery_limit",
     "worker_dead_letter_queue", "worker_max_message_size", "worker_remote_control_allow",
-    "worker_plugin_options",
+    "worker_plugin_options", "beat_lease_timeout", "beat_catch_up_window",
 })
 
 def check_names(names: Iterable[str]) -> None:

@@ -22,15 +22,20 @@ COMMANDS = {
 
 
 class _Commands(click.Group):
-    """Loads a command's module on first use, so ``workerctl worker`` starts without the others."""
+    """Loads a command's module on first use, so ``workerctl worker`` starts without the others;
+    a name that is not built in is looked for among the commands plugins contribute."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(COMMANDS)
+        from .plugin_commands import plugin_commands
+
+        return [*COMMANDS, *sorted(plugin_commands(ctx.args, COMMANDS))]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         found = COMMANDS.get(name)
         if found is None:
-            return None
+            from .plugin_commands import plugin_commands
+
+            return plugin_commands(ctx.args, COMMANDS).get(name)
         module = importlib.import_module(f"{__package__}.{found[0]}")
         command: Any = getattr(module, found[1])
         return command  # type: ignore[no-any-return]

@@ -4,6 +4,7 @@ Prometheus scrapes. Imported when the Metrics step starts, so a worker without
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from worker_core import Request
 
 __all__ = ["TaskMetrics", "WorkerGauges"]
+
+logger = logging.getLogger("worker.metrics")
 
 #: the label of a task name this worker does not have (names come from messages: unbounded)
 UNKNOWN = "unknown"
@@ -212,3 +215,24 @@ class WorkerGauges(Collector):
         if pool is not None:
             yield gauge("worker_pool_processes", "Executors in the pool (processes or threads).",
                         pool.num_processes)
+        yield from plugin_gauges(worker, hostname)
+
+
+def plugin_gauges(worker: Any, hostname: str) -> Iterator[GaugeMetricFamily]:
+    """The gauges other plugins contribute (the ``worker_gauges`` hook), one family per name; a
+    plugin whose hook raises is logged and left out of this reading."""
+    families: dict[str, GaugeMetricFamily] = {}
+    try:
+        contributed = worker.plugins.collect("worker_gauges", worker=worker)
+    except Exception as exc:
+        logger.warning("A plugin's gauges are left out of the metrics: %s", exc)
+        return
+    for gauges, _provider in contributed:
+        for item in gauges or ():
+            names = sorted(item.labels)
+            family = families.get(item.name)
+            if family is None:
+                family = GaugeMetricFamily(item.name, item.help, labels=("hostname", *names))
+                families[item.name] = family
+            family.add_metric((hostname, *(item.labels[name] for name in names)), item.value)
+    yield from families.values()
