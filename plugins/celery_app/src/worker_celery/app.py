@@ -59,7 +59,14 @@ class CeleryApp(App):
     def configuration(self, with_defaults: bool) -> dict[str, Any]:
         """``inspect conf``: the Celery app's configuration, as ``celery worker`` lists it, with
         the worker's own settings (a :class:`~worker_core.slots.ListsConfiguration`)."""
-        return configuration(self.celery, self.settings, with_defaults)
+        table = configuration(self.celery, self.settings, with_defaults)
+        # what celery worker adds to the configuration as it starts: the modules it imported
+        # (the app's, then Celery's built-in tasks) and its --disable-prefetch, off here
+        module = self.spec.partition(":")[0]
+        table.setdefault("include", list(dict.fromkeys([*(self.celery.conf.include or ()), module,
+                                                        "celery.app.builtins"])))
+        table.setdefault("worker_disable_prefetch", False)
+        return table
 
     def __repr__(self) -> str:
         return f"<CeleryApp {self.spec}: {len(self.tasks)} tasks>"
