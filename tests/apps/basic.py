@@ -338,3 +338,11 @@ def count_slowly(url, key, value, seconds):
 def runs(url, key):
     """How many times each value was counted (see :func:`count`)."""
     return {int(field): int(times) for field, times in _counter(url).hgetall(key).items()}
+
+
+@app.task
+def reject_for_good(reason):
+    """Reject its message without requeueing it (stored FAILURE, as Celery 5.7 does)."""
+    from worker_core.exceptions import Reject
+
+    raise Reject(reason, requeue=False)

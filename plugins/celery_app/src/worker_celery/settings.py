@@ -25,7 +25,8 @@ POOLS = {"prefork": "prefork", "processes": "prefork", "threads": "threads", "so
 #: result backend, the logging setup), so they behave as under ``celery worker``.
 HANDLED_BY_CELERY = frozenset({
     "worker_deduplicate_successful_tasks", "worker_hijack_root_logger", "worker_log_format",
-    "worker_task_log_format", "worker_redirect_stdouts", "worker_redirect_stdouts_level",
+    "worker_task_log_format", "worker_log_datefmt",
+    "worker_task_log_datefmt", "worker_redirect_stdouts", "worker_redirect_stdouts_level",
     "task_inherit_parent_priority", "task_store_errors_even_if_ignored", "task_remote_tracebacks",
     "task_annotations", "task_default_rate_limit", "result_chord_join_timeout",
     "result_chord_retry_interval", "result_chord_ordered", "task_allow_error_cb_on_chord_header",
@@ -44,6 +45,8 @@ UNSUPPORTED: Mapping[str, str] = {
     "worker_timer": "the timer is kombu's, this worker's own",
     "worker_timer_precision": "the timer is kombu's, this worker's own",
     "worker_proc_alive_timeout": "pool processes are waited for by the pool plugin",
+    "worker_pool_putlocks": "the prefork pool writes to its children without a semaphore",
+    "worker_pool_start_method": "the prefork pool forks its children",
     "worker_agent": "no actor agent is started",
     "worker_log_color": "log lines are not coloured",
 }
