@@ -106,7 +106,7 @@ def worker(queue_url: str, *args: str, env: Mapping[str, str] | None = None) -> 
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["-P", "nope"], ["no pool named 'nope'", "-P/--pool", "Available: prefork"]),
+    (["-P", "nope"], ["no pool named 'nope'", "-P/--pool", "Available: ", "prefork (worker-pool-prefork)"]),
     (["-P", "prefork", "-p", "no:prefork"],
      ["pool 'prefork'", "is blocked by -p no:prefork", "choose another pool"]),
     (["-P", "solo", "-c", "x"], ["--concurrency must be a whole number or auto", "(got 'x')"]),
@@ -574,7 +574,7 @@ def test_a_plugins_own_options_are_checked_before_anything_starts(
       "(audit-plugin 1.0)): must be low or high (got 'loud')"]),
     ({"WORKER_WORKER_PLUGIN_OPTIONS": '{"audit_levels": "low"}'},
      ["WORKER_WORKER_PLUGIN_OPTIONS names 'audit_levels', which no installed plugin declares as an option.",
-      "Did you mean 'audit_level'?", "Declared options: audit_level, audit_sample, child_scheduler"]),
+      "Did you mean 'audit_level'?", "Declared options: ", " audit_level, audit_sample, ", " child_scheduler"]),
     ({"WORKER_WORKER_PLUGIN_OPTIONS": "[1]"},
      ["WORKER_WORKER_PLUGIN_OPTIONS must be a JSON object (got a JSON list)"]),
     ({"WORKER_HEARTBEAT_INTERVAL": "0"},

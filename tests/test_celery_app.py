@@ -226,15 +226,24 @@ def test_celerys_worker_signals_come_at_the_matching_moments(tmp_path, workers):
              "celeryd_after_setup"]
     assert in_main[:5] == first
     # worker-online goes out as the consumer starts, as Celery's Heart step sends it, then ready
-    assert in_main[5:7] == ["heartbeat_sent", "worker_ready"]
+    # (the heart beats every 0.3 s: on a loaded machine a beat may come before ready, or between the
+    # start of the shutdown and the consumer's stop, as in Celery)
+    assert in_main[5] == "heartbeat_sent"
+    assert _without_beats(in_main[5:])[:2] == ["heartbeat_sent", "worker_ready"]
     # then worker-offline as the consumer stops, the children's worker_process_shutdown as the pool
     # stops, and worker_shutdown last, as in Celery
-    assert in_main[-3:] == ["worker_shutting_down", "heartbeat_sent", "worker_shutdown"]
+    stopping = in_main[in_main.index("worker_shutting_down"):]
+    assert _without_beats(stopping) == ["worker_shutting_down", "heartbeat_sent", "worker_shutdown"]
     children_done = max(i for i, (pid, name, *_) in enumerate(seen) if name == "worker_process_shutdown")
     assert children_done < max(i for i, (pid, name, *_) in enumerate(seen) if name == "worker_shutdown")
     assert in_children.count("worker_process_init") == 2
     assert in_children.count("worker_process_shutdown") == 2
     assert "worker_process_init" not in in_main
+
+
+def _without_beats(names: list[str]) -> list[str]:
+    """The signals' names with each run of heartbeats folded into one."""
+    return [name for i, name in enumerate(names) if not (name == "heartbeat_sent" and names[i - 1:i] == [name])]
 
 
 # -- configuration -------------------------------------------------------------------------------
