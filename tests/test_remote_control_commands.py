@@ -3,6 +3,7 @@ project's App on Redis, asked with this project's client and with Celery's."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from collections.abc import Iterator
@@ -157,3 +158,37 @@ def test_pool_restart_replaces_every_process_once_its_task_is_done(prefork, clie
     after = basic.add.apply_async((2, 3), queue="restarts")
     prefork.wait_log(f"Task apps.basic.add[{after.id}] succeeded", timeout=20)  # the new processes run it
     prefork.wait_log(f"Task apps.basic.sleep[{running.id}] succeeded")  # not killed by the restart
+
+
+#: what workerctl sends each command with (the words after its name)
+WORDS = {
+    "query_task": ["no-such-task"], "registered": ["rate_limit"], "conf": ["false"], "memdump": ["3"],
+    "objgraph": ["LogicalClock", "1", "1"], "rate_limit": ["apps.basic.add", "100/m"],
+    "time_limit": ["apps.basic.add", "10", "20"], "revoke": ["no-such-task"],
+    "terminate": ["TERM", "no-such-task"], "revoke_by_stamped_headers": ["batch=none"],
+    "autoscale": ["2", "1"], "pool_grow": ["1"], "pool_shrink": ["1"], "add_consumer": ["workerctl-extra"],
+    "cancel_consumer": ["workerctl-extra"],
+}
+
+
+def test_workerctl_sends_every_command_celerys_command_line_lists(worker, client):
+    import json
+
+    from celery.worker.control import Panel
+    from click.testing import CliRunner
+
+    from worker_core.cli.group import main
+
+    if "objgraph" not in sys.modules and importlib.util.find_spec("objgraph") is None:
+        WORDS.pop("objgraph")
+    for name, info in sorted(Panel.meta.items()):
+        if not info.visible or name == "shutdown":
+            continue
+        words = WORDS.get(name, [])
+        result = CliRunner().invoke(main, [info.type, name.replace("_", "-"), *words, "-b", REDIS_URL, "-d",
+                                           worker.name, "--json", "-t", "10"], catch_exceptions=False)
+        assert result.exit_code == 0, f"workerctl {info.type} {name}: {result.output}"
+        reply = json.loads(result.stdout)
+        assert worker.name in reply, f"{name}: {result.stdout}"
+        if name == "objgraph":
+            os.unlink(reply[worker.name]["filename"])
