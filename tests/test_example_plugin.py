@@ -82,3 +82,32 @@ def test_the_example_plugins_command_answers_workerctl_and_celerys_client(livene
     finally:
         celery.close()
     assert answers[worker.name]["stale"] is True and answers[worker.name]["file"] == str(path)
+
+
+def test_celerys_command_line_reaches_the_plugins_command_once_its_app_declares_it(
+        liveness_worker, redis_url, tmp_path):
+    import json
+    import os
+    import subprocess
+    import textwrap
+
+    worker, path = liveness_worker
+    # Celery's command line checks a name against Celery's own registry: the client's app module
+    # declares the command there, as Celery's documentation has custom commands declared
+    (tmp_path / "liveness_client.py").write_text(textwrap.dedent(f"""
+        from celery import Celery
+        from celery.worker.control import inspect_command
+
+        app = Celery("liveness-client", broker={redis_url!r})
+
+        @inspect_command(args=[("max_age", float)], signature="[max_age]")
+        def liveness(state, max_age=None):
+            \"\"\"Seconds since the worker's liveness file was touched.\"\"\"
+    """))
+    command = [sys.executable, "-m", "celery", "-A", "liveness_client", "inspect", "liveness", "30",
+               "-d", worker.name, "-j", "-t", "5"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                            env=dict(os.environ, PYTHONPATH=str(tmp_path)))
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout.strip().splitlines()[-1])[worker.name]
+    assert reply["file"] == str(path) and reply["stale"] is False
