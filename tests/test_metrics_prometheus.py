@@ -230,6 +230,18 @@ def test_queue_labels_are_bounded_and_a_worker_without_the_option_loads_and_serv
     assert "serve Prometheus metrics on http://0.0.0.0:9808/metrics" in with_option.stdout
 
 
+def test_the_hostname_label_can_be_left_out_of_every_series(workers, embedded_broker):
+    worker = start(workers, embedded_broker, "threads", "--metrics-without-hostname")
+    url = metrics_url(worker)
+    basic.add.delay(1, 2)
+    wait_for(lambda: value(scrape(url), "celery_task_succeeded_total", name="apps.basic.add",
+                           queue_name="celery") == 1, message="the success counted without a hostname")
+    samples = scrape(url)
+    assert value(samples, "celery_worker_up") == 1
+    assert value(samples, "worker_pool_processes") == 2
+    assert not [key for key in samples if "hostname" in dict(key[1])], shown(samples)
+
+
 def listening_inode(port: int) -> str:
     """The inode of the IPv4 socket listening on ``port`` (Linux /proc/net/tcp)."""
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:

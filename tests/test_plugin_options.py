@@ -175,7 +175,10 @@ def test_a_name_no_plugin_declares_is_refused_with_the_declared_names(liveness: 
     line = refusal("-A", app_with(liveness, {"worker_plugin_options": {"liveness_fil": "/tmp/alive"}}))
     assert line.startswith("Error: setting 'worker_plugin_options' names 'liveness_fil', which no installed "
                            "plugin declares as an option. Did you mean 'liveness_file'? Declared options: ")
-    assert "heartbeat_interval, liveness_file, liveness_interval, metrics_listen, task_events" in line
+    declared = line.partition("Declared options: ")[2].split(", ")
+    assert declared == sorted(declared)
+    assert {"heartbeat_interval", "liveness_file", "liveness_interval", "metrics_listen", "task_events"} <= set(
+        declared)
 
 
 def test_a_name_whose_plugin_is_blocked_is_refused_naming_the_blocked_plugin(liveness: FakeSite) -> None:

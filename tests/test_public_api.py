@@ -99,6 +99,10 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
     "worker_core.aio": ["Interruptible", "async_form", "register_async_form", "run_coroutine", "thread_loop"],
+    "worker_core.health": ["BOOTING", "BROKER_BLOCKED", "BROKER_DISCONNECTED", "CONSUMER_STALLED", "DRAINING",
+                           "Health", "LIVE", "Listener", "ListenerSecurity", "PROBE_PATHS", "READINESS_ORDER",
+                           "SERVING", "STARTING", "STUCK", "Verdict", "address_of", "listener_security",
+                           "parse_listen", "probe_app", "probe_response", "serve"],
     "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
                            "group", "maybe_signature", "send_callbacks", "send_errbacks", "send_next_step",
                            "signature", "xmap", "xstarmap"],

@@ -9,8 +9,9 @@ their imports):
   :mod:`worker_core.stash`, :mod:`worker_core.options` (the worker's options, a plugin's own
   options, ``did_you_mean`` for error messages), :mod:`worker_core.redaction` (hiding secrets in
   what a plugin logs or shows), :mod:`worker_core.election` (one leader among many workers, on
-  a transport's leases) and :mod:`worker_core.testing` with its modules (the contract suites, a
-  TCP proxy for fault tests);
+  a transport's leases), :mod:`worker_core.health` (the worker's liveness and readiness, and its
+  HTTP listener) and :mod:`worker_core.testing` with its modules (the contract suites, a TCP proxy
+  for fault tests);
 - a transport: :mod:`worker_core.protocol` (Celery's message protocol v2, and what a broker-side
   delay leaves on a routing key), :mod:`worker_core.protocol.fastjson` (kombu's JSON, faster),
   :mod:`worker_core.protocol.packing` (the compact form of a parked message),

@@ -18,6 +18,7 @@ COMMANDS = {
     "plugins": ("plugins_cmd", "plugins"),
     "dead-letters": ("deadletters_cmd", "dead_letters"),
     "multi": ("multi", "multi"),
+    "health": ("health_cmd", "health"),
 }
 
 

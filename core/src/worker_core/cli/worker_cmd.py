@@ -86,6 +86,8 @@ def _run(app: Any, plan: Any, manager: Any, params: dict[str, Any]) -> None:
     except Exception:
         logger.critical("worker stopped by an unexpected error", exc_info=True)
         sys.exit(1)
+    if running.exit_status:
+        sys.exit(running.exit_status)
 
 
 def _secrets(app: Any, plan: Any) -> frozenset[str]:

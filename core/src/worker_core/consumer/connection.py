@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from ..health.state import BROKER_DISCONNECTED
 from ..options import scheme_of
 from ..redaction import redact_url
 from ..slots import AcksSurviveReconnect
@@ -74,7 +75,7 @@ class BrokerConnection:
 
     def connect(self) -> None:
         self.lost = False
-        self.connection = self.connector.connect(on_wait=self.consumer.inbox.run_pending)
+        self.connection = self.connector.connect(on_wait=self._waiting)
         if self.received_from not in (None, self.connector.current):
             # Requests kept across the lost connection belong to the broker left behind: it
             # gives their messages back; this one cannot acknowledge them.
@@ -86,6 +87,13 @@ class BrokerConnection:
         self._errors = (
             *self.connection.recoverable_connection_errors, *self.connection.recoverable_channel_errors
         )
+
+    def _waiting(self) -> None:
+        """Between two connection attempts: the worker is alive, and not ready."""
+        health = self.consumer.worker.health
+        health.beat()
+        health.hold(BROKER_DISCONNECTED)
+        self.consumer.inbox.run_pending()
 
     def disconnect(self) -> None:
         connection, self.connection = self.connection, None

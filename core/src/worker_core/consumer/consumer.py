@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
+from ..health.state import BROKER_DISCONNECTED
 from ..options import scheme_of
 from ..redaction import redact_value
 from .connection import BrokerConnection
@@ -61,6 +62,7 @@ class Consumer:
         self.on_message = make_handler(self)
         self.restart_count = 0
         self._ready_once = False
+        self.health = worker.health
 
     @property
     def connection(self) -> Connection | None:
@@ -80,6 +82,7 @@ class Consumer:
 
     def start(self) -> None:
         self.inbox.bind_to_current_thread()
+        self.health.consumer_started()
         while True:
             try:
                 self.blueprint.start(self)
@@ -98,6 +101,7 @@ class Consumer:
                     type(exc).__name__, exc,
                 )
                 self.restart_count += 1
+                self.health.hold(BROKER_DISCONNECTED)
                 self._after_connection_lost()
 
     def stop(self, *, terminate: bool) -> None:
@@ -151,6 +155,7 @@ class Consumer:
     # -- what the event loop asks (LoopContext) ---------------------------------------------------
 
     def on_ready(self) -> None:
+        self.health.release(BROKER_DISCONNECTED)
         if not self._ready_once:
             self._ready_once = True
             self.worker.on_ready()
@@ -174,6 +179,7 @@ class Consumer:
         return 0.01 if self.reservations.inflight else default
 
     def perform_pending_operations(self) -> None:
+        self.health.beat()  # every turn of the loop: the liveness probe's evidence
         self.inbox.run_pending()
 
     def update_qos(self) -> None:

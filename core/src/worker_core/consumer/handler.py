@@ -47,8 +47,10 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     make_request = request_class(consumer)
     limit = settings.worker_redelivery_limit
     poison = consumer.poison
+    counted = consumer.tasks
 
     def on_message(message: Message) -> None:
+        counted.delivered += 1
         try:
             envelope = decode_task(
                 message.headers, message.properties, message.body, message.content_type,

@@ -67,6 +67,8 @@ class TaskConsumer:
         self._buffers = False
         #: ``--purge`` was done (once, on the first connection, as Celery does it at start)
         self._purged = False
+        #: messages delivered to the worker, any outcome (the stall watchdog reads it)
+        self.delivered = 0
 
     # -- consuming ---------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """A TCP proxy put between a client and a real broker, so a check can lose the connection the way a
-network does (``cut``), hang it (``blackhole``) and let traffic through again (``restore``)."""
+network does (``cut``), hang it (``blackhole``), hang only the connections open now (``freeze``)
+and let traffic through again (``restore``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -16,8 +18,10 @@ __all__ = ["TcpProxy", "proxied"]
 class TcpProxy:
     """Forwards ``127.0.0.1:<port>`` to ``(host, port)``; :meth:`cut` drops every connection and
     refuses new ones until :meth:`restore`; :meth:`blackhole` keeps connections open but forwards
-    nothing until :meth:`restore`. ``client_data``, if given, is called with each chunk a client
-    sends, before it is forwarded; it may block to hold that connection's traffic back."""
+    nothing until :meth:`restore`; :meth:`freeze` does that to the connections open now only, as
+    a NAT or firewall that forgot them, while new ones go through. ``client_data``, if given, is
+    called with each chunk a client sends, before it is forwarded; it may block to hold that
+    connection's traffic back."""
 
     def __init__(self, host: str, port: int, client_data: Callable[[bytes], None] | None = None) -> None:
         self.target = (host, port)
@@ -25,6 +29,7 @@ class TcpProxy:
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._frozen: set[tuple[socket.socket, socket.socket]] = set()
         self._lock = threading.Lock()
         self._accepting = True
         self._forwarding = threading.Event()
@@ -52,12 +57,16 @@ class TcpProxy:
 
     def _pump(self, client: socket.socket, upstream: socket.socket) -> None:
         peers = {client: upstream, upstream: client}
+        pair = (client, upstream)
         try:
             while not self._closed:
                 self._forwarding.wait()
+                if pair in self._frozen:
+                    time.sleep(0.05)
+                    continue
                 readable, _, _ = select.select(list(peers), [], [], 0.2)
                 for sock in readable:
-                    if not self._forwarding.is_set():
+                    if not self._forwarding.is_set() or pair in self._frozen:
                         break
                     data = sock.recv(65536)
                     if not data:
@@ -74,6 +83,7 @@ class TcpProxy:
         with self._lock:
             if pair in self._pairs:
                 self._pairs.remove(pair)
+            self._frozen.discard(pair)
         for sock in pair:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -91,8 +101,19 @@ class TcpProxy:
         """Keep every connection open but forward nothing (a hung network)."""
         self._forwarding.clear()
 
+    def freeze(self, server_side_port: int | None = None) -> None:
+        """Forward nothing more on the connections open now (only the one whose port the server
+        sees is ``server_side_port``, when given), and let new ones through: those connections
+        look open to their clients and stay silent."""
+        with self._lock:
+            for pair in self._pairs:
+                if server_side_port is None or pair[1].getsockname()[1] == server_side_port:
+                    self._frozen.add(pair)
+
     def restore(self) -> None:
         """Let new connections and traffic through again."""
+        with self._lock:
+            self._frozen.clear()
         self._accepting = True
         self._forwarding.set()
 

@@ -13,6 +13,7 @@ from ..bootsteps import Blueprint
 from ..clock import LogicalClock
 from ..control.stamps import RevokedStamps
 from ..exceptions import ConfigurationError
+from ..health.state import Health
 from ..revoked import RevokedIds
 from ..stash import Stash
 
@@ -82,6 +83,11 @@ class Worker:
         self.blueprint: Blueprint[Worker] = Blueprint(plan.graph("worker"))
         #: plugins' state, each under a key of its own (:class:`~worker_core.stash.StashKey`)
         self.stash = Stash()
+        #: liveness and readiness, as the probes read them (:mod:`worker_core.health`)
+        self.health = Health(self)
+        #: the process's exit status once the worker has stopped (a part that stops it on purpose,
+        #: such as the stall watchdog, sets it)
+        self.exit_status = 0
         # The hooks someone implements, kept current by the plugin manager as plugins come and go:
         # a hook nobody implements costs a set lookup on the per-task path.
         self._implemented = plugins.hooks.implemented

@@ -5,7 +5,6 @@ Prometheus scrapes. Imported when the Metrics step starts, so a worker without
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -38,21 +37,25 @@ BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 TASK_LABELS = ("name", "hostname", "queue_name")
 
 
+def hostname_of(worker: Any) -> str | None:
+    """The ``hostname`` label's value, or ``None`` with ``--metrics-without-hostname``."""
+    return None if worker.options.extra.get("metrics_without_hostname") else str(worker.hostname)
+
+
 class TaskMetrics:
     """The task counters and histograms, fed by the task hooks (main process, loop thread)."""
 
     def __init__(self, worker: Any, registry: CollectorRegistry) -> None:
-        self.hostname: str = worker.hostname
+        #: the ``hostname`` label's value; None leaves the label out
+        self.hostname = hostname_of(worker)
         self._tasks = worker.app.tasks
         self._queues: set[str] = set()
         self._arrivals: dict[str, float] = {}
         self._series: dict[tuple[Any, Any], _Series] = {}
-        #: the HTTP server, and the process it serves from (set once it listens)
-        self.server: Any = None
-        self.pid = os.getpid()
+        labels = TASK_LABELS if self.hostname is not None else ("name", "queue_name")
 
         def counter(event: str, what: str, *extra: str) -> Counter:
-            return Counter(f"celery_task_{event}", what, (*TASK_LABELS, *extra), registry=registry)
+            return Counter(f"celery_task_{event}", what, (*labels, *extra), registry=registry)
 
         self.received = counter("received", "Task messages this worker accepted.")
         self.started = counter("started", "Tasks an executor started.")
@@ -63,26 +66,18 @@ class TaskMetrics:
                                             "content, Reject raised).")
         self.revoked = counter("revoked", "Tasks that did not run: revoked, expired or terminated.")
         self.runtime = Histogram("celery_task_runtime", "Seconds a task ran (successes and failures).",
-                                 TASK_LABELS, buckets=BUCKETS, registry=registry)
+                                 labels, buckets=BUCKETS, registry=registry)
         self.wait = Histogram("celery_task_queue_wait_time",
                               "Seconds from this worker's receipt of a task to its start (prefetched, "
                               "held for its ETA or rate limit, or waiting for an executor).",
-                              TASK_LABELS, buckets=BUCKETS, registry=registry)
+                              labels, buckets=BUCKETS, registry=registry)
 
-    @hookimpl
-    def worker_process_init(self, pid: int) -> None:
-        """A prefork child forked after the server started (a recycled or added one) inherits
-        its listening socket: close that copy, so no child holds the port once the worker is
-        gone. The server's thread lives in the main process only."""
-        server = self.server
-        if server is not None and pid != self.pid:
-            server.socket.close()
-
-    def labels(self, request: Request | None) -> tuple[str, str, str]:
+    def labels(self, request: Request | None) -> tuple[str, ...]:
         """The task series' labels for ``request``: a name this worker has, a queue among the
-        first :data:`QUEUE_LABELS` seen, else ``unknown`` and ``other``."""
+        first :data:`QUEUE_LABELS` seen, else ``unknown`` and ``other`` (and the hostname, unless
+        it is left out)."""
         if request is None:
-            return UNKNOWN, self.hostname, UNKNOWN
+            return self._with_hostname(UNKNOWN, UNKNOWN)
         name = request.name if request.name in self._tasks else UNKNOWN
         info = request.message.delivery_info or {}
         queue = info.get("routing_key")
@@ -93,7 +88,10 @@ class TaskMetrics:
                 queue = OTHER
             else:
                 self._queues.add(queue)
-        return name, self.hostname, queue
+        return self._with_hostname(name, queue)
+
+    def _with_hostname(self, name: str, queue: str) -> tuple[str, ...]:
+        return (name, queue) if self.hostname is None else (name, self.hostname, queue)
 
     def series(self, request: Request | None) -> _Series:
         """The labelled series of ``request``'s task and queue, made once per pair (a lookup
@@ -160,7 +158,7 @@ class _Series:
     __slots__ = ("_failed", "_labels", "_metrics", "received", "rejected", "retried", "revoked", "runtime",
                  "started", "succeeded", "wait")
 
-    def __init__(self, metrics: TaskMetrics, labels: tuple[str, str, str]) -> None:
+    def __init__(self, metrics: TaskMetrics, labels: tuple[str, ...]) -> None:
         self._metrics, self._labels = metrics, labels
         self.received = metrics.received.labels(*labels)
         self.started = metrics.started.labels(*labels)
@@ -185,13 +183,17 @@ class WorkerGauges(Collector):
 
     def __init__(self, worker: Any) -> None:
         self.worker = worker
+        hostname = hostname_of(worker)
+        #: the gauges' label names and values: the hostname, or none
+        self.label_names: tuple[str, ...] = ("hostname",) if hostname is not None else ()
+        self.label_values: tuple[str, ...] = (hostname,) if hostname is not None else ()
 
     def collect(self) -> Iterator[Any]:
-        worker, hostname = self.worker, self.worker.hostname
+        worker, names, values = self.worker, self.label_names, self.label_values
 
         def gauge(name: str, what: str, value: float) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(name, what, labels=("hostname",))
-            family.add_metric((hostname,), value)
+            family = GaugeMetricFamily(name, what, labels=names)
+            family.add_metric(values, value)
             return family
 
         yield gauge("celery_worker_up", "1 while this worker serves its metrics.", 1)
@@ -208,19 +210,21 @@ class WorkerGauges(Collector):
                         len(reservations.eta_held))
         if consumer is not None:
             reconnects = CounterMetricFamily("worker_broker_reconnects", "Times the consumer reconnected "
-                                             "after losing its broker connection.", labels=("hostname",))
-            reconnects.add_metric((hostname,), consumer.restart_count)
+                                             "after losing its broker connection.", labels=names)
+            reconnects.add_metric(values, consumer.restart_count)
             yield reconnects
         pool = getattr(worker, "pool", None)
         if pool is not None:
             yield gauge("worker_pool_processes", "Executors in the pool (processes or threads).",
                         pool.num_processes)
-        yield from plugin_gauges(worker, hostname)
+        yield from plugin_gauges(worker, names, values)
 
 
-def plugin_gauges(worker: Any, hostname: str) -> Iterator[GaugeMetricFamily]:
-    """The gauges other plugins contribute (the ``worker_gauges`` hook), one family per name; a
-    plugin whose hook raises is logged and left out of this reading."""
+def plugin_gauges(worker: Any, names: tuple[str, ...] = ("hostname",),
+                  values: tuple[str, ...] = ()) -> Iterator[GaugeMetricFamily]:
+    """The gauges other plugins contribute (the ``worker_gauges`` hook), one family per name, with
+    the worker's own labels (``names``/``values``: its hostname, or none) before theirs; a plugin
+    whose hook raises is logged and left out of this reading."""
     families: dict[str, GaugeMetricFamily] = {}
     try:
         contributed = worker.plugins.collect("worker_gauges", worker=worker)
@@ -229,10 +233,10 @@ def plugin_gauges(worker: Any, hostname: str) -> Iterator[GaugeMetricFamily]:
         return
     for gauges, _provider in contributed:
         for item in gauges or ():
-            names = sorted(item.labels)
+            own = sorted(item.labels)
             family = families.get(item.name)
             if family is None:
-                family = GaugeMetricFamily(item.name, item.help, labels=("hostname", *names))
+                family = GaugeMetricFamily(item.name, item.help, labels=(*names, *own))
                 families[item.name] = family
-            family.add_metric((hostname, *(item.labels[name] for name in names)), item.value)
+            family.add_metric((*values, *(item.labels[name] for name in own)), item.value)
     yield from families.values()
