@@ -88,13 +88,15 @@ def test_gauges_plugins_contribute_are_served_with_the_hostname_label() -> None:
 
     plugins = PluginManager(autoload=False)
     plugins.register(Leader(), "leader")
-    families = {family.name: family for family in plugin_gauges(_Worker(plugins), ("hostname",), ("w1@host",))}
+    labelled = plugin_gauges(_Worker(plugins), ("hostname",), ("w1@host",))
+    families = {family.name: family for family in labelled}
     leader = families["worker_beat_leader"].samples
     assert [(sample.labels, sample.value) for sample in leader] == [({"hostname": "w1@host"}, 1.0)]
     assert [(s.labels, s.value) for s in families["worker_beat_entry_due"].samples] == [
         ({"hostname": "w1@host", "entry": "a"}, 5.0), ({"hostname": "w1@host", "entry": "b"}, 7.0)]
     plugins.register(Broken(), "broken")
-    assert list(plugin_gauges(_Worker(plugins), ("hostname",), ("w1@host",))) == []  # logged, left out of this reading
+    # logged, left out of this reading
+    assert list(plugin_gauges(_Worker(plugins), ("hostname",), ("w1@host",))) == []
 
 
 def test_a_task_sent_on_a_producer_of_the_callers_goes_through_it(tmp_path: Path) -> None:

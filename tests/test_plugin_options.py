@@ -177,8 +177,8 @@ def test_a_name_no_plugin_declares_is_refused_with_the_declared_names(liveness: 
                            "plugin declares as an option. Did you mean 'liveness_file'? Declared options: ")
     declared = line.partition("Declared options: ")[2].split(", ")
     assert declared == sorted(declared)
-    assert {"heartbeat_interval", "liveness_file", "liveness_interval", "metrics_listen", "task_events"} <= set(
-        declared)
+    expected = {"heartbeat_interval", "liveness_file", "liveness_interval", "metrics_listen", "task_events"}
+    assert expected <= set(declared)
 
 
 def test_a_name_whose_plugin_is_blocked_is_refused_naming_the_blocked_plugin(liveness: FakeSite) -> None:
