@@ -9,7 +9,8 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
-                 -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop]
+                 -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop] \
+                 -e ./plugins/transport_postgres
 
 .PHONY: venv demo docs test test-fast test-stock bench lint
 
@@ -101,4 +102,5 @@ lint: venv
 	$(BIN)/ruff check core plugins tests bench examples docs
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
 	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
-	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src
+	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src \
+	    plugins/transport_postgres/src

@@ -168,6 +168,7 @@ MODULES = {
     "worker_pool_threads": ["ThreadPool"],
     "worker_transport_amqp": ["AmqpTransport"],
     "worker_transport_redis": ["RedisBackend", "RedisTransport"],
+    "worker_transport_postgres": ["PostgresBackend", "PostgresTransport", "enqueue_in"],
     "worker_autoscale_backlog": ["BacklogAutoscaler"],
     "worker_celery": ["CeleryApp", "CeleryLoader", "CeleryResultBackend"],
     "worker_metrics_prometheus": ["MetricsStep", "parse_listen"],

@@ -341,8 +341,8 @@ def test_a_scheme_with_a_plus_falls_back_to_its_part_before_the_plus(site: FakeS
     site.add("db-worker", {"worker.result_backends": {"db": "db_backend:Backend"}},
              {"db_backend": WHOLE_BACKEND})
     manager = PluginManager()
-    assert manager.slot_entry("result_backend", "db+postgresql").name == "db"
-    assert manager.slot("result_backend", "db+postgresql").__module__ == "db_backend"
+    assert manager.slot_entry("result_backend", "db+mysql").name == "db"
+    assert manager.slot("result_backend", "db+mysql").__module__ == "db_backend"
     assert manager.slot_entry("transport", "redis+socket").name == "redis"
     app = App(broker=f"embedded://{tmp_path}/queue.db", backend=f"db+sqlite://{tmp_path}/results.db")
     assert type(app.backend).__module__ == "db_backend"
@@ -350,19 +350,19 @@ def test_a_scheme_with_a_plus_falls_back_to_its_part_before_the_plus(site: FakeS
 
 def test_a_scheme_with_a_plus_prefers_the_entry_point_named_after_all_of_it(site: FakeSite) -> None:
     site.add("db-worker", {"worker.result_backends": {"db": "db_backend:Backend",
-                                                      "db+postgresql": "pg_backend:Backend"}},
-             {"db_backend": WHOLE_BACKEND, "pg_backend": WHOLE_BACKEND})
+                                                      "db+oracle": "oracle_backend:Backend"}},
+             {"db_backend": WHOLE_BACKEND, "oracle_backend": WHOLE_BACKEND})
     manager = PluginManager()
-    assert manager.slot_entry("result_backend", "db+postgresql").name == "db+postgresql"
-    assert manager.slot("result_backend", "db+postgresql").__module__ == "pg_backend"
+    assert manager.slot_entry("result_backend", "db+oracle").name == "db+oracle"
+    assert manager.slot("result_backend", "db+oracle").__module__ == "oracle_backend"
     assert manager.slot("result_backend", "db+mysql").__module__ == "db_backend"
 
 
 def test_a_scheme_with_a_plus_that_nothing_serves_names_both_names() -> None:
     with pytest.raises(PluginNotFoundError) as caught:
-        PluginManager().slot("result_backend", "db+postgresql")
+        PluginManager().slot("result_backend", "db+mysql")
     message = str(caught.value)
-    assert "no result_backend named 'db+postgresql' or 'db' is installed" in message
+    assert "no result_backend named 'db+mysql' or 'db' is installed" in message
     assert "embedded (worker-core)" in message
 
 

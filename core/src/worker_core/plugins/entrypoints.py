@@ -64,6 +64,10 @@ KNOWN_DISTRIBUTIONS: Mapping[tuple[str, str], str] = {
     ("transport", "amqps"): "worker-transport-amqp",
     ("transport", "pyamqp"): "worker-transport-amqp",
     ("app_loader", "celery"): "worker-celery",
+    **{(slot, scheme): "worker-transport-postgres" for slot, scheme in [
+        ("transport", "postgresql"), ("transport", "postgres"), ("transport", "sqla+postgresql"),
+        ("result_backend", "postgresql"), ("result_backend", "postgres"),
+        ("result_backend", "db+postgresql")]},
 }
 
 
