@@ -18,13 +18,13 @@ import pytest
 from apps import basic
 from conftest import require_server
 from postgres import POSTGRES_URL, drop_schema, schema_name
-from worker_transport_postgres import PostgresBackend, PostgresTransport
-from worker_transport_postgres.schema import LATEST, Names, versions
 from workers import TESTS, wait_for
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
 from worker_core.testing import result_backend_contract, transport_contract
+from worker_transport_postgres import PostgresBackend, PostgresTransport
+from worker_transport_postgres.schema import LATEST, Names, versions
 
 
 @pytest.fixture(scope="module")
