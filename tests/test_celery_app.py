@@ -243,7 +243,8 @@ def test_celerys_worker_signals_come_at_the_matching_moments(tmp_path, workers):
 
 def _without_beats(names: list[str]) -> list[str]:
     """The signals' names with each run of heartbeats folded into one."""
-    return [name for i, name in enumerate(names) if not (name == "heartbeat_sent" and names[i - 1:i] == [name])]
+    return [name for i, name in enumerate(names)
+            if not (name == "heartbeat_sent" and names[i - 1:i] == [name])]
 
 
 # -- configuration -------------------------------------------------------------------------------

@@ -58,7 +58,9 @@ class FilesTransport:
 
     def connection_options(self) -> Mapping[str, Any]:
         folder = str(self.folder)
-        options = {"data_folder_in": folder, "data_folder_out": folder, "polling_interval": 0.05}
+        # the exchanges' tables too (kombu's default is ./control, in whatever folder the worker runs in)
+        options = {"data_folder_in": folder, "data_folder_out": folder,
+                   "control_folder": str(self.folder / "control"), "polling_interval": 0.05}
         return {"transport_options": {**options, **self.options}}
 
     def queue_depth(self, connection: Any, queue: str) -> int:

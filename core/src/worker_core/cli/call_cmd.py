@@ -41,7 +41,8 @@ def _json(value: str, what: str, kind: type) -> Any:
 @click.option("--expires", type=click.FloatRange(min=0, min_open=True),
               help="Discard the task if it has not started within this many seconds.")
 @click.option("--queue", "-Q", help="Queue to send to (default: the app's routing, else celery).")
-@click.option("--priority", type=click.IntRange(0, 255), help="Message priority, 0 to 255 (where the queue has priorities).")
+@click.option("--priority", type=click.IntRange(0, 255),
+              help="Message priority, 0 to 255 (where the queue has priorities).")
 @click.option("--wait", is_flag=True, help="Wait for the result and print it.")
 @click.option("--timeout", type=click.FloatRange(min=0), metavar="SECONDS",
               help=f"With --wait: give up after this many seconds (default {DEFAULT_WAIT:g}; "
