@@ -170,6 +170,7 @@ MODULES = {
     "worker_transport_redis": ["RedisBackend", "RedisTransport"],
     "worker_transport_postgres": ["PostgresBackend", "PostgresTransport", "enqueue_in"],
     "worker_autoscale_backlog": ["BacklogAutoscaler"],
+    "worker_beat": ["BeatService", "ScheduleSource", "crontab", "every"],
     "worker_celery": ["CeleryApp", "CeleryLoader", "CeleryResultBackend"],
     "worker_metrics_prometheus": ["MetricsStep", "parse_listen"],
     "worker_metrics_prometheus.metrics": ["TaskMetrics", "WorkerGauges"],

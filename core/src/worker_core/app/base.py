@@ -664,6 +664,25 @@ class App:
     def __repr__(self) -> str:
         return f"<App {self.main or '__main__'}: {len(self.tasks)} tasks>"
 
+    @classmethod
+    def load(cls, spec: str, plugins: PluginManager | None = None) -> App:
+        """The app ``spec`` names, as ``-A`` takes it (``module``, ``module.sub`` or
+        ``module:attribute``), imported with the current directory on the path; an app of
+        another framework (a ``celery.Celery`` app) is adapted by the installed app loader that
+        takes it (``worker-celery``). Its signing is set up when its settings sign messages.
+        For a plugin's command that sends or reads through the app the user names.
+
+        :raise ConfigurationError: the module or the app cannot be found or adapted, saying why.
+        """
+        from .. import signing
+        from .loader import load_app
+
+        app = load_app(spec, plugins if plugins is not None else PluginManager())
+        serializers = [task.serializer for task in app.tasks.values()]
+        if signing.is_used(app.settings, serializers):
+            app.setup_security()
+        return app
+
 
 def _import_class(spec: str) -> Any:
     from kombu.utils.imports import symbol_by_name

@@ -62,14 +62,41 @@ CHECK_MARGIN = 1.0
 
 
 class LeaseChannel(pyamqp.Channel):  # type: ignore[misc]
-    """kombu's py-amqp channel, counting what is published while a message is sent once."""
+    """kombu's py-amqp channel, counting what is published while a message is sent once, and
+    declaring queues and exchanges on a channel beside it: RabbitMQ closes the channel that asked
+    for a declaration it refuses (a queue that exists with other arguments), and this one holds
+    the lease's message."""
 
     publishes: int | None = None
+    #: set on the lease's own channel: its declarations go to the channel beside it
+    declares_beside = False
+    _beside: Any = None
 
     def basic_publish(self, *args: Any, **kwargs: Any) -> Any:
         if self.publishes is not None:
             self.publishes += 1
         return super().basic_publish(*args, **kwargs)
+
+    def _side(self) -> Any:
+        beside = self._beside
+        if beside is None or not beside.is_open:
+            beside = self._beside = self.connection.channel()
+        return beside
+
+    def queue_declare(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.declares_beside:
+            return super().queue_declare(*args, **kwargs)
+        return self._side().queue_declare(*args, **kwargs)
+
+    def exchange_declare(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.declares_beside:
+            return super().exchange_declare(*args, **kwargs)
+        return self._side().exchange_declare(*args, **kwargs)
+
+    def queue_bind(self, *args: Any, **kwargs: Any) -> Any:
+        if not self.declares_beside:
+            return super().queue_bind(*args, **kwargs)
+        return self._side().queue_bind(*args, **kwargs)
 
 
 class LeaseConnection(pyamqp.Connection):  # type: ignore[misc]
@@ -146,6 +173,7 @@ class AmqpLease:
             channel.tx_select()
             channel.queue_declare(self.queue, durable=True, auto_delete=False,
                                   arguments={"x-queue-type": "quorum", "x-single-active-consumer": True})
+            channel.declares_beside = True
             self._channel = channel
         return self._connection
 
@@ -295,7 +323,11 @@ class AmqpLease:
         channel = self._channel
         channel.publishes = 0
         try:
-            publish(Producer(channel))
+            try:
+                publish(Producer(channel))
+            except BaseException:
+                channel.tx_rollback()  # what the publish did not finish is not sent (the lease stays)
+                raise
             count = channel.publishes
             if count != 1:
                 channel.tx_rollback()
@@ -305,7 +337,7 @@ class AmqpLease:
                 records[record[0]] = record[1]
             self._commit_state({**state, "records": records, "sent": {**sent, key: now + keep}})
             self._take_back(self._token)
-        except (ValueError, LeaseLost):
+        except (ValueError, TypeError, LeaseLost):
             raise
         except Exception as exc:
             self._drop()
