@@ -1,9 +1,11 @@
-"""Broker faults the tests control: a private redis-server on a free port, and (from
+"""Broker faults the tests control: a private redis-server on a free port, (from
 :mod:`worker_core.testing.proxy`) a TCP proxy in front of a shared broker that can cut, blackhole
-and restore connections."""
+and restore connections, and a wall clock of a worker's own that a test steps (libfaketime)."""
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import signal
 import socket
@@ -11,9 +13,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from worker_core.testing.proxy import TcpProxy
 
-__all__ = ["RedisServer", "TcpProxy", "answers", "free_port"]
+__all__ = ["FakeClock", "RedisServer", "TcpProxy", "answers", "free_port"]
 
 
 def free_port() -> int:
@@ -66,3 +70,62 @@ class RedisServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+#: libfaketime 0.9.10 with FAKETIME_DONT_FAKE_MONOTONIC fails every clock_nanosleep on the
+#: monotonic clock with EINVAL (Python's time.sleep): this one, preloaded first, makes those the
+#: plain system call (the monotonic clock is not faked anyway) and leaves the others to libfaketime.
+_SLEEP_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+int clock_nanosleep(clockid_t clock, int flags, const struct timespec *request, struct timespec *remain) {
+    if (clock == CLOCK_MONOTONIC)
+        return syscall(SYS_clock_nanosleep, clock, flags, request, remain) == 0 ? 0 : errno;
+    int (*next)(clockid_t, int, const struct timespec *, struct timespec *) =
+        dlsym(RTLD_NEXT, "clock_nanosleep");
+    return next(clock, flags, request, remain);
+}
+"""
+
+
+def _missing(what: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{what} and CI is set")
+    pytest.skip(what)
+
+
+class FakeClock:
+    """A wall clock for the processes given :meth:`env` (libfaketime, Debian's ``faketime``): as
+    far ahead of the real one as :meth:`set` says, from the moment it says so. Their monotonic
+    clock is the real one. Skips without libfaketime or a C compiler, except in CI where that is a
+    failure."""
+
+    def __init__(self, directory: Path, offset: float = 0) -> None:
+        found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+        if not found:
+            _missing("libfaketime is not installed (apt-get install faketime)")
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            _missing("no C compiler (cc) to build the sleep shim libfaketime needs")
+        self.library = found[0]
+        source, self.shim = directory / "sleep_shim.c", directory / "sleep_shim.so"
+        source.write_text(_SLEEP_SHIM)
+        subprocess.run([str(compiler), "-shared", "-fPIC", "-O2", "-o", str(self.shim), str(source), "-ldl"],
+                       check=True, capture_output=True, timeout=120)
+        self.path = directory / "faketime"
+        self.set(offset)
+
+    def set(self, offset: float) -> None:
+        """From now on the clock is ``offset`` seconds ahead of the real one (behind when negative)."""
+        temporary = self.path.with_suffix(".new")
+        temporary.write_text(f"{offset:+.0f}\n")
+        temporary.replace(self.path)  # (read whole by the processes, never half written)
+
+    def env(self) -> dict[str, str]:
+        return {"LD_PRELOAD": f"{self.shim} {self.library}", "FAKETIME_TIMESTAMP_FILE": str(self.path),
+                "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}

@@ -270,7 +270,8 @@ def test_the_hook_specs_are_pinned() -> None:
 
     specs = sorted(name for name in dir(hookspecs) if hasattr(getattr(hookspecs, name), "worker_spec"))
     assert specs == sorted([
-        "after_task_publish", "before_task_publish", "heartbeat_sent", "task_failed", "task_failure",
+        "after_task_publish", "before_task_publish", "broker_accepted", "broker_refused", "heartbeat_sent",
+        "task_failed", "task_failure",
         "task_postrun", "task_prerun", "task_received", "task_rejected", "task_retried", "task_retry",
         "task_revoked", "task_started", "task_succeeded", "task_success", "worker_bootsteps",
         "worker_control_commands", "worker_init", "worker_options", "worker_process_init",

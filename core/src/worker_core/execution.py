@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import traceback
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from .canvas.after import Workflow
     from .plugins.hooks import Hooks
 
-__all__ = ["aexecute", "execute", "install", "process_finalizer", "process_initializer", "reject_reason",
-           "request_mapping"]
+__all__ = ["LEASE_LOST", "admit_with", "aexecute", "execute", "install", "process_finalizer",
+           "process_initializer", "reject_reason", "request_mapping"]
 
 logger = logging.getLogger("worker.execution")
 
@@ -37,6 +37,22 @@ _app: App | None = None
 _hooks: Hooks | None = None
 #: the hooks someone implements (the hooks' own set, kept current): empty without hooks
 _implemented: set[str] | frozenset[str] = frozenset()
+#: asked with a task's id just before it starts in this process (an in-process pool): False when
+#: the worker lost its message's lease meanwhile (see :mod:`worker_core.consumer.fence`)
+_admit: Callable[[str], bool] | None = None
+#: the state of an outcome of a task not run because its message's lease was lost before it
+#: started (not a Celery state: never stored; its copy runs where the broker delivered it)
+LEASE_LOST = "LEASE_LOST"
+
+
+def admit_with(gate: Callable[[str], bool] | None) -> None:
+    """Ask ``gate(task_id)`` before each task starts in this process (None: ask nothing). A forked
+    child asks nothing: its parent's worker is not there."""
+    global _admit
+    _admit = gate
+
+
+os.register_at_fork(after_in_child=lambda: admit_with(None))
 
 
 def install(app: App, hooks: Hooks | None = None) -> None:
@@ -146,6 +162,8 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
     task's coroutine once, to be awaited, and is given back its value (or its exception)."""
     app = _app
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
+    if _admit is not None and not _admit(task_id):
+        return Outcome(LEASE_LOST)
     task = app.tasks[name]
     context = TaskContext(task_id, name, args, kwargs, *fields)  # positional: in the class's field order
     context.called_directly = False

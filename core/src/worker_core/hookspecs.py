@@ -250,6 +250,34 @@ def heartbeat_sent(worker: Worker, event: str) -> None:
 
 
 @hookspec
+def broker_refused(worker: Worker, reason: str) -> None:
+    """The broker started refusing work on a connection that still works: full (Redis out of
+    memory), read-only, busy, or blocking the connection (a RabbitMQ memory or disk alarm). The
+    worker takes no new task until :func:`broker_accepted`; a readiness probe should say "not
+    ready" meanwhile (:meth:`Worker.broker_refusal <worker_core.worker.worker.Worker.broker_refusal>`
+    tells the same at any time). Called once per episode. Main process, loop thread.
+
+    :param worker: the worker
+    :param reason: what the broker refuses and why, in words (``"Redis refuses work: out of
+        memory (used memory > maxmemory)"``)
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
+
+
+@hookspec
+def broker_accepted(worker: Worker, reason: str, seconds: float) -> None:
+    """The broker takes work again after :func:`broker_refused`. Main process, loop thread.
+
+    :param worker: the worker
+    :param reason: what :func:`broker_refused` said
+    :param seconds: how long the refusal lasted
+
+    Not first-result: every implementation is called; what it returns is ignored.
+    """
+
+
+@hookspec
 def worker_shutdown(worker: Worker, how: str) -> None:
     """The worker is stopping; its steps stop next. Main process, main thread.
 
@@ -557,7 +585,8 @@ def after_task_publish(name: str, body: Any, exchange: str, routing_key: str,
 
 #: hooks whose implementations are isolated from one another (see the module's docstring)
 OBSERVER_HOOKS = frozenset({
-    "worker_init", "worker_ready", "worker_shutting_down", "heartbeat_sent", "worker_shutdown",
+    "worker_init", "worker_ready", "worker_shutting_down", "heartbeat_sent", "broker_refused",
+    "broker_accepted", "worker_shutdown",
     "worker_stopped", "worker_process_init", "worker_process_shutdown",
     "task_received", "task_started", "task_succeeded", "task_failed", "task_retried", "task_rejected",
     "task_revoked", "task_prerun", "task_postrun", "task_success", "task_failure", "task_retry",

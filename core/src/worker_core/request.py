@@ -22,7 +22,7 @@ from .exceptions import (
     TimeLimitExceeded,
     WorkerLostError,
 )
-from .execution import execute, request_mapping
+from .execution import LEASE_LOST, execute, request_mapping
 from .protocol import LOST_HEADER, TaskEnvelope, custom_headers, safe_repr, shown, to_iso
 from .protocol.headers import PROTOCOL_HEADERS, carried_count
 from .results.meta import FAILURE, REJECTED, RETRY, REVOKED, SUCCESS
@@ -248,6 +248,8 @@ class Request:
                 logger.info("Task %s retry: %s", self.label, reason)
             consumer.notify("task_retried", request=self, reason=reason)
             self._ack_late()
+        elif state == LEASE_LOST:  # its lease was lost before it started: it runs where its copy went
+            consumer.fence.not_run(self)
         elif state == REVOKED:  # expired while it waited in the pool
             self.discard(_text(outcome.exception))
         elif state == REJECTED:
@@ -433,14 +435,18 @@ class Request:
     def acknowledge(self) -> None:
         if not self.acknowledged:
             self.acknowledged = True
+            self.consumer.fence.settle(self)  # (a lost lease: the channel writes nothing)
             self.consumer.tasks.ack(self.message)
 
     def reject(self, requeue: bool = False, reason: str | None = None) -> None:
         """Give the message back (``requeue``), or take it off its queue to the dead-letter queue
-        (when there is one) with ``reason``."""
+        (when there is one) with ``reason``; a message whose lease was lost is another consumer's
+        now: only forgotten here."""
         if not self.acknowledged:
             self.acknowledged = True
-            if requeue:
+            if self.consumer.fence.settle(self):
+                self.consumer.tasks.ack(self.message)
+            elif requeue:
                 self.consumer.tasks.reject(self.message, requeue=True)
             else:
                 self.consumer.tasks.dead_letter(self.message, reason or f"task {self.label} was rejected")

@@ -14,9 +14,10 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`StopsOneJob`, :class:`SharesOneQueue`, :class:`FixedConcurrency`,
 :class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
-:class:`DelaysOnBroker`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`SuccessIsFinal`,
-:class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`,
-:class:`BackendCountsDeliveries`, :class:`RestartsProcesses`): a plugin offers
+:class:`DelaysOnBroker`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`,
+:class:`TellsTime`, :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`,
+:class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`,
+:class:`RestartsProcesses`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -49,6 +50,7 @@ __all__ = [
     "Autoscaler",
     "AutoscalerFactory",
     "BackendCountsDeliveries",
+    "BrokerStatus",
     "BuffersDeliveries",
     "ChordCount",
     "CountsDeliveries",
@@ -58,6 +60,7 @@ __all__ = [
     "EventLoop",
     "FailoverStrategy",
     "FansOutEvents",
+    "FencesLeases",
     "FixedConcurrency",
     "ForeignApp",
     "JoinsChords",
@@ -74,6 +77,7 @@ __all__ = [
     "PoolOptions",
     "RecordTable",
     "RepliesToSender",
+    "ReportsRefusals",
     "RestartsProcesses",
     "ResultBackend",
     "SavesGroups",
@@ -81,6 +85,7 @@ __all__ = [
     "SharesOneQueue",
     "StopsOneJob",
     "SuccessIsFinal",
+    "TellsTime",
     "Transport",
     "WithdrawsOneJob",
     "WithdrawsQueuedJobs",
@@ -334,7 +339,9 @@ class Transport(Protocol):
     **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
     :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
     :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
-    :class:`ElectsLeaders`, :class:`KeepsRecords`. The worker never asks which broker it has:
+    :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`, :class:`TellsTime`;
+    its channels may be :class:`ParksMessages` and :class:`FencesLeases`. The worker never asks
+    which broker it has:
     what differs between brokers is one of these, with the behaviour without it said in its
     docstring.
 
@@ -521,6 +528,88 @@ class DelaysOnBroker(Protocol):
     def delayed_route(self, seconds: float, routing_key: str) -> tuple[str, str]:
         """The exchange and routing key that hold a message ``seconds`` (1 or more) on the broker
         on its way to ``routing_key`` (the delay bits of an earlier delay replaced)."""
+
+
+class BrokerStatus(Protocol):
+    """What the worker gives a transport that :class:`ReportsRefusals`, to say when its broker
+    refuses work and when it takes work again. Thread-safe and cheap: call it from any thread, as
+    often as the refusal is seen (an episode is opened once, and closed once)."""
+
+    def refused(self, reason: str) -> None:
+        """The broker refuses work now, on a connection that still works (full, read-only, busy,
+        blocking the connection): ``reason`` says so in words (``"Redis refuses work: out of
+        memory"``). The first call opens an episode: logged once, counted, shown by ``inspect
+        stats`` and the metrics, and the worker is not ready until it ends."""
+
+    def accepted(self) -> None:
+        """The broker takes work again: closes the episode, logged once with its duration (nothing
+        when none is open)."""
+
+
+@runtime_checkable
+class ReportsRefusals(Protocol):
+    """A transport whose broker can refuse work for a while on a connection that still works
+    (Redis out of memory, a read-only replica, a busy script; RabbitMQ's ``connection.blocked``
+    under a memory or disk alarm), and that tells that apart from a lost connection.
+
+    The transport backs off (a bounded, jittered delay), keeps its connection and tries again,
+    telling the worker's :class:`BrokerStatus` when the refusal starts and ends; the worker logs
+    both, reports the state in ``inspect stats``, the metrics and :meth:`Worker.broker_refusal
+    <worker_core.worker.worker.Worker.broker_refusal>` (a readiness probe reads it), and when a
+    refusal reaches it as an error (at start-up, declaring queues) it waits a bounded, jittered
+    delay before starting again instead of reconnecting at once. Read on the class before
+    anything connects. Without it, every such error is a lost connection.
+    """
+
+    @classmethod
+    def refusal(cls, exc: BaseException) -> str | None:
+        """What ``exc`` means when it is such a refusal (a short phrase, as for
+        :meth:`BrokerStatus.refused`), else None (a lost connection, or any other error)."""
+
+    @classmethod
+    def watch_refusals(cls, connection: Any, status: BrokerStatus) -> None:
+        """Called with each kombu connection the consumer makes, before it connects: tell
+        ``status`` of the refusals seen on it from now on."""
+
+
+@runtime_checkable
+class TellsTime(Protocol):
+    """A transport whose broker tells its own time (Redis: ``TIME``).
+
+    The worker reads it when it connects and whenever its own wall clock jumps: a difference
+    beyond two seconds is logged (at start, and when it changes) and shown in ``inspect stats``,
+    and tasks held for their ETA or countdown wait by the broker's clock, not the worker's, so a
+    worker whose clock is off or steps runs them when the rest of the fleet does. Without it the
+    worker has its own clock only. Read on the class before anything connects.
+    """
+
+    @classmethod
+    def broker_time(cls, connection: Any) -> float:
+        """The broker's clock now, in seconds since the epoch, read through ``connection`` (a kombu
+        connection made with :meth:`Transport.kombu_transport`). Raise on any failure."""
+
+
+@runtime_checkable
+class FencesLeases(Protocol):
+    """A kombu channel (of a transport plugin) whose broker lends each delivered message for a
+    time, and that can tell which of the messages this process holds it lost: the lease could
+    not be renewed in time (the process stood still, a paused VM, or the broker refused or could
+    not be reached for longer than the lease) and the broker gave the message to a consumer again.
+
+    Test for it with ``isinstance(message.channel, FencesLeases)``. The worker asks before it
+    hands a message to the pool, and before it acknowledges one: a message whose lease was lost
+    is not started (the broker's copy runs where it is delivered) and a running one is not
+    acknowledged on the broker; the worker acknowledges or rejects such a message through the
+    channel as usual, and the channel writes nothing to the broker for it. A copy of a task it
+    ran or is running that comes back to it is dropped. Without it, a worker that stood still
+    past its leases runs what it holds as if nothing happened.
+    """
+
+    def lost_leases(self) -> frozenset[Any] | None:
+        """The delivery tags of the held messages whose lease this process lost. Cheap while the
+        leases were renewed in time; when they may have lapsed (by the monotonic clock), asks the
+        broker first (one round trip for every held message). None when that cannot be told now
+        (the broker unreachable or refusing) while the leases may have lapsed."""
 
 
 @runtime_checkable
@@ -1252,7 +1341,7 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
              RestartsProcesses),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
                   FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders,
-                  KeepsRecords),
+                  KeepsRecords, ReportsRefusals, TellsTime),
     "loop": (),
     "autoscaler": (),
     "failover": (),

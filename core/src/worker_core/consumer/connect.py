@@ -67,8 +67,10 @@ class Connector:
         self.transport: Transport | None = None
         self.connected_once = False
 
-    def connect(self, on_wait: Callable[[], None] | None = None) -> Connection:
-        """Return a connected kombu connection, or raise :class:`ConnectionLostError`."""
+    def connect(self, on_wait: Callable[[], None] | None = None,
+                before: Callable[[Connection, str], None] | None = None) -> Connection:
+        """Return a connected kombu connection, or raise :class:`ConnectionLostError`; ``before``
+        is called with each connection made, and its URL, before it connects."""
         settings = self.settings
         retry = settings.broker_connection_retry
         if not self.connected_once and settings.broker_connection_retry_on_startup is not None:
@@ -82,6 +84,8 @@ class Connector:
             transport = transport_for(self.plugins, url, settings)
             connection = connection_through(transport, url, settings, **self.connection_options)
             try:
+                if before is not None:
+                    before(connection, url)
                 connection.connect()
             except (*connection.recoverable_connection_errors, OSError) as exc:
                 connection.release()

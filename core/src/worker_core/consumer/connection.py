@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from ..health.state import BROKER_DISCONNECTED
 from ..options import scheme_of
 from ..redaction import redact_url
-from ..slots import AcksSurviveReconnect
+from ..slots import AcksSurviveReconnect, ReportsRefusals
 from .connect import Connector
 
 if TYPE_CHECKING:
@@ -64,6 +64,27 @@ class BrokerConnection:
         # are remembered from when it was opened.
         return isinstance(exc, (OSError, *self._errors))
 
+    def refusal(self, exc: BaseException) -> str | None:
+        """What ``exc`` means when it is the broker refusing work on a connection that still works
+        (see :class:`~worker_core.slots.ReportsRefusals`), else None."""
+        transport = self._transport()
+        if not isinstance(transport, ReportsRefusals):
+            return None
+        try:
+            return transport.refusal(exc)
+        except Exception:  # a transport that cannot tell: taken for what it looks like
+            return None
+
+    def _transport(self) -> object:
+        url = self.connector.current
+        return self.consumer.worker.plugins.slot("transport", scheme_of(url)) if url is not None else None
+
+    def _watch(self, connection: Connection, url: str) -> None:
+        """Before ``connection`` connects: its refusals go to the consumer's broker state."""
+        transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        if isinstance(transport, ReportsRefusals):
+            transport.watch_refusals(connection, self.consumer.broker_state)
+
     def acks_survive_reconnect(self) -> bool:
         """Whether messages received on the lost connection can be acknowledged on the next one
         (Redis: yes; AMQP: delivery tags belong to the channel they came on)."""
@@ -75,7 +96,9 @@ class BrokerConnection:
 
     def connect(self) -> None:
         self.lost = False
-        self.connection = self.connector.connect(on_wait=self._waiting)
+        self.connection = self.connector.connect(on_wait=self._waiting, before=self._watch)
+        if self.connector.current is not None:
+            self.consumer.clock.measure(self.connection, self.connector.current)
         if self.received_from not in (None, self.connector.current):
             # Requests kept across the lost connection belong to the broker left behind: it
             # gives their messages back; this one cannot acknowledge them.

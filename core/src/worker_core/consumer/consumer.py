@@ -10,6 +10,7 @@ the loop's thread). The consumer is also the event loop's :class:`~worker_core.s
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Blueprint
@@ -17,7 +18,10 @@ from ..exceptions import ConnectionLostError
 from ..health.state import BROKER_DISCONNECTED
 from ..options import scheme_of
 from ..redaction import redact_value
+from .brokerstate import START, BrokerState, backoff_delay
+from .clock import CHECK_INTERVAL, Clock
 from .connection import BrokerConnection
+from .fence import LeaseFence
 from .handler import make_handler
 from .inbox import Inbox
 from .leases import LeaseCheck
@@ -53,9 +57,15 @@ class Consumer:
         #: observer hooks (:mod:`worker_core.hookspecs`): called if anyone implements them
         self.notify = worker.notify
         self.inbox = Inbox()
+        #: whether the broker refuses work now (full, read-only, busy, blocking the connection)
+        self.broker_state = BrokerState(notify=self._notify_from_any_thread)
+        #: the clock tasks are held by (the broker's when the transport tells it)
+        self.clock = Clock(self)
         self.broker = BrokerConnection(self)
         self.tasks = TaskConsumer(self)
         self.reservations = Reservations(self)
+        self.clock.on_jump.append(self.reservations.eta_held.rearm)
+        self.fence = LeaseFence(self)
         self.leases = LeaseCheck(self)
         self.poison = PoisonCap(self)
         #: the ``on_message`` callback of the task consumer
@@ -63,6 +73,9 @@ class Consumer:
         self.restart_count = 0
         self._ready_once = False
         self.health = worker.health
+        #: starts in a row that the broker refused (the delay before the next one grows)
+        self._refused_starts = 0
+        self._ticking: Any = None
 
     @property
     def connection(self) -> Connection | None:
@@ -83,6 +96,9 @@ class Consumer:
     def start(self) -> None:
         self.inbox.bind_to_current_thread()
         self.health.consumer_started()
+        if self._ticking is None and self.timer is not None:
+            self._ticking = self.timer.call_repeatedly(CHECK_INTERVAL, self._tick)
+            self.fence.gate(self.worker.pool)
         while True:
             try:
                 self.blueprint.start(self)
@@ -91,9 +107,13 @@ class Consumer:
                     continue
                 return
             except Exception as exc:
-                lost = self.broker.is_connection_error(exc)
+                refusal = self.broker.refusal(exc)
+                lost = refusal is not None or self.broker.is_connection_error(exc)
                 if self.worker.stopping and (lost or isinstance(exc, ConnectionLostError)):
                     return
+                if refusal is not None:
+                    self._after_refused_start(refusal)
+                    continue
                 if not lost:
                     raise
                 logger.warning(
@@ -103,6 +123,30 @@ class Consumer:
                 self.restart_count += 1
                 self.health.hold(BROKER_DISCONNECTED)
                 self._after_connection_lost()
+
+    def _after_refused_start(self, refusal: str) -> None:
+        """The broker refused what starting needs (declaring the queues, say): a state, not a lost
+        connection. Said once, then started again after a bounded, jittered delay."""
+        self.broker_state.refused_by(START, refusal)
+        self.restart_count += 1
+        self._after_connection_lost()
+        delay = backoff_delay(self._refused_starts)
+        self._refused_starts += 1
+        deadline = time.monotonic() + delay
+        while time.monotonic() < deadline and not self.worker.stopping:
+            self.inbox.run_pending()
+            time.sleep(min(0.1, max(deadline - time.monotonic(), 0.0)))
+
+    def _tick(self) -> None:
+        """Every second: a jump of the wall clock, and leases lost meanwhile."""
+        try:
+            self.clock.check()
+            self.fence.check()
+        except Exception:
+            logger.exception("Internal error while checking the clock and the leases")
+
+    def _notify_from_any_thread(self, hook: str, **kwargs: Any) -> None:
+        self.inbox.call(lambda: self.notify(hook, worker=self.worker, **kwargs))
 
     def stop(self, *, terminate: bool) -> None:
         # Messages delivered while the consumer is cancelled wait, unacknowledged, for the close
@@ -156,6 +200,9 @@ class Consumer:
 
     def on_ready(self) -> None:
         self.health.release(BROKER_DISCONNECTED)
+        if self._refused_starts:
+            self._refused_starts = 0
+            self.broker_state.accepted_by(START)
         if not self._ready_once:
             self._ready_once = True
             self.worker.on_ready()
@@ -186,7 +233,9 @@ class Consumer:
         self.tasks.update_qos()
 
     def info(self) -> dict[str, Any]:
-        return {**self.tasks.info(), **self.reservations.info(), "broker": self._broker_info()}
+        return {**self.tasks.info(), **self.reservations.info(), "broker": self._broker_info(),
+                "broker_state": self.broker_state.info(), "wall_clock": self.clock.info(),
+                "leases": self.fence.info()}
 
     def _broker_info(self) -> dict[str, Any] | None:
         """The connection as Celery's ``stats`` gives it (kombu's ``Connection.info()``, which

@@ -7,6 +7,10 @@ Its request is built again from the message when it comes due, is revoked, or is
 ``inspect scheduled``. A channel that keeps delivered messages itself (kombu's virtual transports)
 and can park them (:class:`~worker_core.slots.ParksMessages`) keeps the packed form too. One timer
 entry serves them all, for the earliest.
+
+Each waits on the monotonic clock, for a deadline the consumer's :class:`~.clock.Clock` gives it
+(the broker's clock when the transport tells it): a step of the wall clock moves none of them until
+the clock sees the jump, and then :meth:`EtaHold.rearm` sets them again at once.
 """
 
 from __future__ import annotations
@@ -43,14 +47,16 @@ MakeRequest = Callable[..., "Request"]
 
 
 class HeldTask:
-    """One task held for its ETA: its id, its ETA (seconds since the epoch) and its message,
-    packed, or its whole request when the message cannot be packed."""
+    """One task held for its ETA: its id, its ETA (seconds since the epoch), when that is on the
+    monotonic clock (``deadline``) and its message, packed, or its whole request when the message
+    cannot be packed."""
 
-    __slots__ = ("channel", "envelope", "eta", "id", "kept", "marks", "tag", "task")
+    __slots__ = ("channel", "deadline", "envelope", "eta", "id", "kept", "marks", "tag", "task")
 
-    def __init__(self, eta: float, request: Request) -> None:
+    def __init__(self, eta: float, request: Request, deadline: float | None = None) -> None:
         message = request.message
         self.eta = eta
+        self.deadline = time.monotonic() + eta - time.time() if deadline is None else deadline
         self.id = request.id
         self.task: Task = request.task
         self.channel: Any = message.channel
@@ -77,7 +83,7 @@ class HeldTask:
             self.channel.park_message(self.tag, self.kept)
 
     def __lt__(self, other: HeldTask) -> bool:
-        return self.eta < other.eta
+        return self.deadline < other.deadline
 
     def message(self) -> Message:
         """A kombu message as it was delivered (the same channel and delivery tag)."""
@@ -111,10 +117,13 @@ class HeldTask:
 class EtaHold:
     """The held tasks, earliest first, and the one timer entry for the earliest."""
 
-    def __init__(self, timer: Any, due: Callable[[HeldTask], None]) -> None:
+    def __init__(self, timer: Any, due: Callable[[HeldTask], None],
+                 deadline: Callable[[float], float] | None = None) -> None:
         self.timer = timer
         #: called with each held task that came due, in ETA order (taken out first)
         self.due = due
+        #: an ETA (seconds since the epoch) -> when it is, on the monotonic clock
+        self.deadline = deadline or (lambda eta: time.monotonic() + eta - time.time())
         self._heap: list[HeldTask] = []
         self._entry: Any = None
         self._entry_eta = 0.0
@@ -133,9 +142,30 @@ class EtaHold:
         if self._heap[0] is held:
             self._schedule()
 
+    def hold(self, eta: float, request: Request) -> None:
+        """Hold ``request`` until ``eta`` (seconds since the epoch)."""
+        self.add(HeldTask(eta, request, self.deadline(eta)))
+
+    def rearm(self) -> None:
+        """Set every held task's deadline again from its ETA (the clock jumped), and the timer."""
+        for held in self._heap:
+            held.deadline = self.deadline(held.eta)
+        heapq.heapify(self._heap)
+        if self._entry is not None:
+            self._entry.cancel()
+            self._entry = None
+        self._schedule()
+
+    def take_tags(self, tags: Collection[Any]) -> list[HeldTask]:
+        """Take out the held tasks whose message has one of these delivery tags. Returns them."""
+        return self._take_where(lambda held: held.tag in tags)
+
     def take(self, task_ids: Collection[str]) -> list[HeldTask]:
         """Take out the held tasks with these ids. Returns them."""
-        found = [held for held in self._heap if held.id in task_ids]
+        return self._take_where(lambda held: held.id in task_ids)
+
+    def _take_where(self, chosen: Callable[[HeldTask], bool]) -> list[HeldTask]:
+        found = [held for held in self._heap if chosen(held)]
         if found:
             taken = set(map(id, found))
             self._heap = [held for held in self._heap if id(held) not in taken]
@@ -154,20 +184,20 @@ class EtaHold:
         """One timer entry, for the earliest held task (none when nothing is held)."""
         heap = self._heap
         if self._entry is not None:
-            if heap and self._entry_eta == heap[0].eta:
+            if heap and self._entry_eta == heap[0].deadline:
                 return
             self._entry.cancel()
             self._entry = None
         if heap:
-            self._entry_eta = heap[0].eta
-            self._entry = self.timer.call_after(max(heap[0].eta - time.time(), 0.0), self._fire)
+            self._entry_eta = heap[0].deadline
+            self._entry = self.timer.call_after(max(heap[0].deadline - time.monotonic(), 0.0), self._fire)
 
     def _fire(self) -> None:
         self._entry = None
         heap = self._heap
-        now = time.time()
+        now = time.monotonic()
         for _ in range(_DUE_PER_CALL):
-            if not heap or heap[0].eta > now:
+            if not heap or heap[0].deadline > now:
                 break
             self.due(heapq.heappop(heap))
         self._schedule()

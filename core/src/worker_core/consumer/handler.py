@@ -48,6 +48,7 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
     limit = settings.worker_redelivery_limit
     poison = consumer.poison
     counted = consumer.tasks
+    fence = consumer.fence
 
     def on_message(message: Message) -> None:
         counted.delivered += 1
@@ -70,6 +71,8 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
         headers = envelope.headers
         try:
             request = make_request(consumer, message, envelope, task)
+            if fence.ran and fence.is_copy(request):
+                return
             if limit is not None:
                 # the poison cap: only a message delivered again, or carrying a count, costs more
                 info = message.delivery_info

@@ -11,7 +11,6 @@ import math
 from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
-from ..protocol import utcnow
 from ..slots import SharesOneQueue, WithdrawsOneJob, WithdrawsQueuedJobs
 from .eta import EtaHold, HeldTask
 from .handler import accepted, request_class
@@ -42,7 +41,7 @@ class Reservations:
         self.revoked_stamps = consumer.worker.revoked_stamps
         self.fcfs = consumer.options.scheduling == "fcfs"
         self.ready: collections.deque[Request] = collections.deque()
-        self.eta_held = EtaHold(consumer.timer, self._eta_due)
+        self.eta_held = EtaHold(consumer.timer, self._eta_due, consumer.clock.deadline)
         self._make_request = request_class(consumer)
         self._accept = accepted(consumer)
         self.reserved: set[Request] = set()
@@ -79,7 +78,7 @@ class Reservations:
         consumer.notify("task_received", request=request)
         envelope = request.envelope
         if envelope.expires is not None or envelope.eta is not None:
-            now = utcnow()
+            now = consumer.clock.utcnow()  # (the broker's clock, when the transport tells it)
             if envelope.expires is not None and envelope.expires <= now:
                 request.revoke("expired")
                 return
@@ -94,7 +93,7 @@ class Reservations:
         assert request.envelope.eta is not None
         self.consumer.tasks.prefetch_eventually(1)
         self.consumer.leases.check(request, delay)
-        self.eta_held.add(HeldTask(request.envelope.eta.timestamp(), request))
+        self.eta_held.hold(request.envelope.eta.timestamp(), request)
 
     def held_request(self, held: HeldTask) -> Request:
         """The request of a task held for its ETA, built again from its message."""
@@ -111,7 +110,7 @@ class Reservations:
             self.consumer.tasks.reject(held.message(), requeue=True)
             return
         expires = request.envelope.expires
-        if expires is not None and expires <= utcnow():
+        if expires is not None and expires <= self.consumer.clock.utcnow():
             request.revoke("expired")
             return
         self._reserve(request)
@@ -148,10 +147,18 @@ class Reservations:
         try:
             pool = self.worker.pool
             ready = self.ready
+            fence = self.consumer.fence
             while ready and self.inflight < self.capacity():
                 request = ready.popleft()
+                lost = fence.lost(request.message)
+                if lost:  # the broker took it back while the worker stood still: it runs elsewhere
+                    fence.drop(request)
+                    continue
+                if lost is None:  # it may have been: held back until the broker can say
+                    ready.appendleft(request)
+                    break
                 expires = request.envelope.expires
-                if expires is not None and expires <= utcnow():
+                if expires is not None and expires <= self.consumer.clock.utcnow():
                     request.revoke("expired")
                     continue
                 if request.count_at_start:  # delivered again: counted as it starts (the poison cap)

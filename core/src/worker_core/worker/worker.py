@@ -196,6 +196,15 @@ class Worker:
 
         return all_commands(self.plugins)
 
+    # -- health --------------------------------------------------------------------------------
+
+    def broker_refusal(self) -> str | None:
+        """Why the broker refuses work now (full, read-only, busy, blocking the connection: see
+        :class:`~worker_core.slots.ReportsRefusals`), or None while it takes work. A readiness
+        probe reads it: a worker whose broker refuses work takes no task. Thread-safe."""
+        consumer = self.consumer
+        return consumer.broker_state.reason if consumer is not None else None
+
     # -- introspection -----------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from kombu.transport import redis as _redis
 from . import internals
 from .acks import AckBuffer, owe
 from .qos import AckingQoS
+from .refusals import refusal
 from .stock import StockChannel
 
 __all__ = ["AckingChannel", "AckingSentinelChannel"]
@@ -81,14 +82,23 @@ class AckingChannel(StockChannel):
         """Whether the unacked record of this delivered message is still on its way to Redis."""
         return False
 
-    def flush_acks(self) -> None:
-        """Write the buffered acknowledgements in one round trip."""
+    def flush_acks(self, *, now: bool = False) -> None:
+        """Write the buffered acknowledgements in one round trip. While Redis refuses writes they
+        wait, tried again as the refusal's delay allows (``now``: at once); out of memory, Redis
+        still takes them."""
+        if self.leases.refusing() and not (now or self.leases.may_retry()):
+            return
         tags = self.acks.take()
         if not tags:
             return
         try:
-            with self.conn_or_acquire() as client, client.pipeline() as pipe:
-                pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
+            self.remove_records(tags)
+        except Exception as exc:
+            self.acks.put_back(tags)
+            reason = refusal(exc)
+            if reason is None:
+                raise
+            self.leases.refused(reason)
         except BaseException:
             self.acks.put_back(tags)
             raise
@@ -110,12 +120,16 @@ class AckingChannel(StockChannel):
 
     def flush_acks_or_owe(self) -> None:
         try:
-            self.flush_acks()
+            self.flush_acks(now=True)
         except Exception as exc:
             tags = self.acks.take()
             owe(self.ack_location, tags)
             logger.warning("Could not write %d acknowledgement(s) to Redis before closing (%r); the "
                            "next connection to it writes them", len(tags), exc)
+            return
+        left = self.acks.take()
+        if left:  # Redis refused them (not logged again: the refusal is)
+            owe(self.ack_location, left)
 
 
 class AckingSentinelChannel(AckingChannel, redis.SentinelChannel):  # type: ignore[misc]

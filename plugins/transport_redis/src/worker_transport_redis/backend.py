@@ -18,6 +18,7 @@ from worker_core.results import READY_STATES, SUCCESS, ResultCodec, make_meta, p
 
 from .backend_options import check_backend
 from .chords import COUNT_PART, FINISH, RedisChords
+from .refusals import Backoff, refusal
 
 if TYPE_CHECKING:
     from worker_core import Settings
@@ -97,6 +98,8 @@ class RedisBackend(RedisChords):
         self.chord_ordered = bool(self.config.options.get("result_chord_ordered", True))
         self._lock = threading.Lock()
         self._connected: _Connected | None = None
+        #: since when (monotonic) Redis refuses this process's writes, else None
+        self._refused_since: float | None = None
 
     def __repr__(self) -> str:
         return f"<RedisBackend {self.config.scheme}>"
@@ -228,6 +231,7 @@ class RedisBackend(RedisChords):
                 if connected is None or connected.pid != os.getpid():
                     # After a fork the parent's connections stay untouched (closing them here
                     # would shut the parent's sockets): this process opens its own.
+                    self._refused_since = None  # (another process: its own refusals)
                     try:
                         connected = self._connected = _Connected(self.config.pool(), self.codec)
                     except (ValueError, TypeError) as exc:
@@ -272,15 +276,54 @@ class RedisBackend(RedisChords):
         except Exception:
             return "unknown"
 
+    def _refused(self, reason: str) -> None:
+        with self._lock:
+            if self._refused_since is not None:
+                return
+            self._refused_since = time.monotonic()
+        logger.warning("The result backend's Redis refuses work: %s; each result is tried again with a "
+                       "growing delay for up to %gs (refused_retry_seconds), then FAILURE is stored with "
+                       "the reason (said once until it takes them again)", reason,
+                       self.config.refused_retry_seconds)
+
+    def _accepted(self) -> None:
+        since = self._refused_since
+        if since is None:
+            return
+        with self._lock:
+            if self._refused_since is None:
+                return
+            self._refused_since = None
+        logger.warning("The result backend's Redis takes work again after %.1fs", time.monotonic() - since)
+
     def _retrying(self, action: str, call: Callable[[_Connected], Any]) -> Any:
-        """``call`` with Celery's retry policy for connection errors (20 tries, 1 s apart)."""
+        """``call`` with Celery's retry policy for connection errors (20 tries, 1 s apart); while
+        Redis refuses (out of memory, read-only, busy), again after a growing, jittered delay, for
+        up to ``refused_retry_seconds``. A refusal is said once per process, and so is its end."""
         policy = self.config.retry_policy
         retries, interval = 0, float(policy["interval_start"])
+        refused_at: float | None = None
+        backoff = Backoff(first=0.1, cap=2.0)
         while True:
             connected = self._current()
             try:
-                return call(connected)
-            except connected.errors as exc:
+                done = call(connected)
+                self._accepted()
+                return done
+            except Exception as exc:
+                reason = refusal(exc)
+                if reason is not None:
+                    now = time.monotonic()
+                    refused_at = now if refused_at is None else refused_at
+                    self._refused(reason)
+                    bound = self.config.refused_retry_seconds
+                    if now - refused_at >= bound:
+                        raise ResultError(f"cannot {action} in Redis ({self.config.scheme}): it refused "
+                                          f"for {bound:g}s: {reason}") from exc
+                    time.sleep(min(backoff.failed(), max(bound - (now - refused_at), 0.0)))
+                    continue
+                if not isinstance(exc, connected.errors):
+                    raise
                 if _certificate_refused(exc):
                     raise ResultError(f"cannot {action} in Redis ({self.config.scheme}): {exc} (the server's "
                                       f"certificate was refused; retrying does not change that)") from exc

@@ -14,7 +14,7 @@ from worker_core.redaction import redact_url
 
 from .tls import TLS, backend_tls, without_tls_query
 
-__all__ = ["BackendConfig", "check_backend"]
+__all__ = ["DEFAULT_REFUSED_RETRY_SECONDS", "BackendConfig", "check_backend"]
 
 #: Celery's retry policy for result writes (``RedisBackend.retry_policy``).
 DEFAULT_RETRY_POLICY: Mapping[str, float] = {"max_retries": 20, "interval_start": 0, "interval_step": 1,
@@ -24,7 +24,9 @@ _CONNECTION = ("socket_timeout", "socket_connect_timeout", "socket_keepalive", "
                "retry_on_timeout", "max_connections", "health_check_interval", "client_name", "username",
                "password")
 _OWN = ("global_keyprefix", "master_name", "sentinel_kwargs", "min_other_sentinels", "retry_policy",
-        "result_chord_ordered")
+        "result_chord_ordered", "refused_retry_seconds")
+#: how long (seconds) a write Redis refuses (out of memory, read-only, busy) is tried again
+DEFAULT_REFUSED_RETRY_SECONDS = 60.0
 #: Read by other Celery backends or brokers; accepted so a shared configuration keeps working.
 _IGNORED = ("visibility_timeout",)
 KNOWN = frozenset({*_CONNECTION, *_OWN, *_IGNORED})
@@ -51,6 +53,8 @@ class BackendConfig:
         policy = dict(DEFAULT_RETRY_POLICY)
         policy.update(self.options.get("retry_policy") or {})
         self.retry_policy = policy
+        self.refused_retry_seconds = float(self.options.get("refused_retry_seconds",
+                                                            DEFAULT_REFUSED_RETRY_SECONDS))
         self.connection = {name: self.options[name] for name in _CONNECTION if name in self.options}
 
     def pool(self) -> Any:
@@ -128,6 +132,12 @@ def check_backend(url: str, options: Mapping[str, Any],
             f"result_backend_transport_options['retry_policy'] must be a mapping with keys among "
             f"{', '.join(DEFAULT_RETRY_POLICY)} (got {policy!r}); for example {dict(DEFAULT_RETRY_POLICY)!r}"
         )
+    refused = options.get("refused_retry_seconds")
+    number = isinstance(refused, (int, float)) and not isinstance(refused, bool)
+    if refused is not None and not (number and refused >= 0):
+        raise ConfigurationError(
+            f"result_backend_transport_options['refused_retry_seconds'] must be a number of seconds, 0 or "
+            f"more (got {refused!r}); for example {DEFAULT_REFUSED_RETRY_SECONDS:g}")
     if scheme == "sentinel" and not options.get("master_name"):
         raise ConfigurationError(
             "a sentinel:// result backend needs the master's name: set result_backend_transport_options="

@@ -21,7 +21,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from queue import Empty
-from time import monotonic, time
+from time import monotonic
 from typing import Any
 
 from kombu.transport import redis as _redis
@@ -38,7 +38,8 @@ from . import internals
 from .acking import AckingChannel
 from .options import DEFAULT_FETCH_LIMIT
 from .qos import FetchingQoS
-from .scripts import FETCH, FETCH_SHA
+from .refusals import refusal
+from .scripts import FETCH, FETCH_SHA, RECORD, run
 from .stock import not_json, priority_lists
 
 __all__ = ["Channel", "SentinelChannel"]
@@ -94,14 +95,17 @@ class Channel(internals.FetchHooks, AckingChannel):
         self._maybe_ready = True
         self._fetch: _Fetch | None = None
         #: Fetched, not yet handed to the consumer: the queue, the envelope (or what makes it
-        #: unreadable) and the tag the fetch recorded it under (None: not recorded).
-        self._undelivered: deque[tuple[str, Any, str | None]] = deque()
+        #: unreadable), the tag the fetch recorded it under (None: not recorded) and the score of
+        #: that record.
+        self._undelivered: deque[tuple[str, Any, str | None, str]] = deque()
         self._client_id: int | None = None
         self._client_id_sock: Any = None
         #: Acknowledgements sent just before the BRPOP in flight, whose reply comes first.
         self._ack_reply: list[str] | None = None
         #: The reply in flight is read before a cancel or a close: nothing more is fetched.
         self._finishing = False
+        #: What BRPOP took that a fetch Redis refused was to record: the next fetch records it.
+        self._rebook: list[Booking] = []
 
     def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
         if no_ack:
@@ -129,10 +133,11 @@ class Channel(internals.FetchHooks, AckingChannel):
         queues = internals.queue_cycle(self).consume(len(self.active_queues))
         if not queues:
             return
-        if self._batching and self._maybe_ready:
+        if self._batching and (self._maybe_ready or self._rebook):
             room = self._room()
-            if room > 0 and self._ensure_script():
-                self._send_fetch(list(queues), room, [])
+            if (room > 0 or self._rebook) and self._ensure_script():
+                booked, self._rebook = self._rebook, []
+                self._send_fetch(list(queues), room, booked)
                 return
         self._learn_client_id()
         # BRPOP may block for brpop_timeout: acknowledgements must not wait behind it. They go
@@ -195,7 +200,7 @@ class Channel(internals.FetchHooks, AckingChannel):
         keys = [prefix + each[step] for step in range(len(self.priority_steps)) for each in lists]
         rotate = isinstance(internals.queue_cycle(self), round_robin_cycle)
         return ["EVALSHA", FETCH_SHA, len(keys) + 2, prefix + self.unacked_key,
-                prefix + self.unacked_index_key, *keys, want, repr(time()), len(queues), int(rotate),
+                prefix + self.unacked_index_key, *keys, want, len(queues), int(rotate),
                 len(acks), *acks, len(booked), *(part for booking in booked for part in booking)]
 
     def recording(self, delivery_tag: str) -> bool:
@@ -241,30 +246,42 @@ class Channel(internals.FetchHooks, AckingChannel):
             self.acks.put_back(fetch.acks)
             self._record_now(fetch.booked)
             raise Empty() from None
-        except self.connection_errors:
-            # Whether the script ran is unknown: the acks are written again (idempotent), and
-            # messages it may have taken are in ``unacked``, restored after the visibility timeout.
+        except Exception as exc:
             self.acks.put_back(fetch.acks)
-            self.client.connection.disconnect()
-            raise
+            reason = refusal(exc)
+            if reason is None:
+                if isinstance(exc, self.connection_errors):
+                    # Whether the script ran is unknown: the acks are written again (idempotent),
+                    # and messages it may have taken are in ``unacked``, restored after the
+                    # visibility timeout.
+                    self.client.connection.disconnect()
+                raise
+            # Redis refused the script before it changed anything (see FETCH): all of it again,
+            # once Redis takes writes.
+            self._rebook = fetch.booked + self._rebook
+            self.leases.refused(reason)
+            raise Empty() from None
         except BaseException:
             self.acks.put_back(fetch.acks)
             raise
         finally:
             internals.set_waiting(self, None)
             internals.flush_reauth(self)
-        taken = self._accept(reply, fetch)
+        score = bytes_to_str(reply[0])
+        if fetch.booked:
+            self.leases.recorded(fetch.booked_tags, score)
+        taken = self._accept(reply, fetch, score)
         self._maybe_ready = taken >= fetch.want
         if not self._undelivered:
             raise Empty()
         self._deliver_fetched()
         return True
 
-    def _accept(self, reply: list[Any], fetch: _Fetch) -> int:
+    def _accept(self, reply: list[Any], fetch: _Fetch, score: str) -> int:
         """Queue the fetched messages for delivery, mirroring the script's round-robin turns."""
         queues, nqueues = fetch.queues, len(fetch.queues)
         rotate = internals.queue_cycle(self).rotate
-        for position in range(0, len(reply), 3):
+        for position in range(1, len(reply), 3):
             index, tag = int(reply[position]), bytes_to_str(reply[position + 1])
             raw = bytes_to_str(reply[position + 2])
             queue = queues[(abs(index) - 1) % nqueues]
@@ -272,19 +289,19 @@ class Channel(internals.FetchHooks, AckingChannel):
             if index > 0:  # recorded as unacked under the tag the script read
                 payload = _read(raw, queue, tag)
                 if isinstance(payload, Unreadable) or payload["properties"]["delivery_tag"] == tag:
-                    self._undelivered.append((queue, payload, tag))
+                    self._undelivered.append((queue, payload, tag, score))
                     continue
                 # The script read another tag than the one the envelope's properties carry (it
                 # reads the tag kombu writes last, from the end): the record moves to the tag
                 # the consumer will acknowledge, as the message is delivered.
                 self.acks.add(tag)
-                self._undelivered.append((queue, payload, None))
+                self._undelivered.append((queue, payload, None, score))
                 continue
             # The script found no tag, and recorded nothing: nothing can acknowledge it.
             payload = _read(raw, queue, None)
             reason = payload.reason if isinstance(payload, Unreadable) else (
                 "Redis could not read its delivery tag, so it was not recorded as unacknowledged")
-            self._undelivered.append((queue, Unreadable(reason, fresh_tag(), queue), None))
+            self._undelivered.append((queue, Unreadable(reason, fresh_tag(), queue), None, score))
         return len(reply) // 3
 
     def _deliver_fetched(self) -> None:
@@ -292,21 +309,26 @@ class Channel(internals.FetchHooks, AckingChannel):
         qos = self.qos
         pending = self._undelivered
         while pending and not self.closing:
-            queue, payload, recorded = pending.popleft()
-            qos.prebooked = payload.delivery_tag if isinstance(payload, Unreadable) else recorded
+            queue, payload, recorded, score = pending.popleft()
+            unreadable = isinstance(payload, Unreadable)
+            qos.prebooked = payload.delivery_tag if unreadable else recorded
+            # (an unreadable message is never recorded: the consumer rejects it at once)
+            qos.prebooked_score = None if unreadable else score
             try:
                 deliver(payload, queue)
             except BaseException:
                 qos.prebooked = None
+                qos.prebooked_score = None
                 self._restore_undelivered()
                 raise
         qos.prebooked = None
+        qos.prebooked_score = None
 
     def _restore_undelivered(self) -> None:
         """Put back, first in line, the fetched messages a failing consumer callback left."""
         pending = self._undelivered
         while pending:
-            _, payload, recorded = pending.pop()  # the last taken goes back first: order is kept
+            _, payload, recorded, _score = pending.pop()  # the last taken goes back first: order is kept
             if isinstance(payload, Unreadable):
                 self._drop_unreadable(payload)
                 continue
@@ -334,10 +356,15 @@ class Channel(internals.FetchHooks, AckingChannel):
         except NoScriptError:
             self._script_loaded = False
             self.acks.put_back(acks)
-        except self.connection_errors:
+        except Exception as exc:
             self.acks.put_back(acks)
-            internals.set_waiting(self, None)
-            connection.disconnect()
+            reason = refusal(exc)
+            if reason is not None:
+                self.leases.refused(reason)  # (the BRPOP behind it is read as usual)
+                return bool(connection.can_read(timeout=0))
+            if isinstance(exc, self.connection_errors):
+                internals.set_waiting(self, None)
+                connection.disconnect()
             raise
         except BaseException:
             self.acks.put_back(acks)
@@ -350,8 +377,13 @@ class Channel(internals.FetchHooks, AckingChannel):
         try:
             try:
                 reply = self.client.parse_response(self.client.connection, "BRPOP", **options)
-            except self.connection_errors:
-                self.client.connection.disconnect()
+            except Exception as exc:
+                reason = refusal(exc)
+                if reason is not None:  # nothing was taken: try again once Redis takes writes
+                    self.leases.refused(reason)
+                    raise Empty() from None
+                if isinstance(exc, self.connection_errors):
+                    self.client.connection.disconnect()
                 raise
         finally:
             internals.set_waiting(self, None)
@@ -377,7 +409,7 @@ class Channel(internals.FetchHooks, AckingChannel):
             queues = list(internals.queue_cycle(self).consume(len(self.active_queues))) or [queue]
             booking = _booking(payload, item)
             self._send_fetch(queues, max(self._room() - 1, 0), [booking])
-            self.qos.prebooked = booking[0]
+            self.qos.prebooked = booking[0]  # (its score comes with the fetch's reply)
         try:
             internals.deliverer(self)(payload, queue)
         finally:
@@ -388,11 +420,12 @@ class Channel(internals.FetchHooks, AckingChannel):
         """Record in ``unacked``, as kombu does, messages whose recording fetch did not run."""
         if not booked:
             return
-        with self.conn_or_acquire() as client, client.pipeline() as pipe:
-            for tag, exchange, routing_key, item in booked:
-                pipe.zadd(self.unacked_index_key, {tag: time()})
-                pipe.hset(self.unacked_key, tag, f"[{bytes_to_str(item)}, {exchange}, {routing_key}]")
-            pipe.execute()
+        prefix = self.global_keyprefix
+        entries = [part for tag, exchange, routing_key, item in booked
+                   for part in (tag, f"[{bytes_to_str(item)}, {exchange}, {routing_key}]")]
+        with self.conn_or_acquire() as client:
+            score = run(client, RECORD, [prefix + self.unacked_key, prefix + self.unacked_index_key], entries)
+        self.leases.recorded((booking[0] for booking in booked), bytes_to_str(score))
 
     # -- closing ---------------------------------------------------------------------------------
 
@@ -400,7 +433,7 @@ class Channel(internals.FetchHooks, AckingChannel):
         """Called by the QoS just before it restores unacknowledged messages (on close): the
         fetched ones not handed to the consumer are restored with them."""
         while self._undelivered:
-            _, payload, _recorded = self._undelivered.popleft()
+            _, payload, _recorded, _score = self._undelivered.popleft()
             if isinstance(payload, Unreadable):
                 self._drop_unreadable(payload)
             else:

@@ -6,7 +6,7 @@ buffered acknowledgements at the start of every loop turn (every hub tick, every
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as _redis
 
@@ -14,6 +14,9 @@ from . import internals
 from .acking import AckingChannel, AckingSentinelChannel
 from .channel import Channel, SentinelChannel
 from .stock import StockChannel, StockSentinelChannel
+
+if TYPE_CHECKING:
+    from worker_core.slots import BrokerStatus
 
 __all__ = ["MultiChannelPoller", "SentinelTransport", "Transport", "channel_class"]
 
@@ -59,6 +62,8 @@ class Transport(redis.Transport):  # type: ignore[misc]
 
     Channel = StockChannel
     sentinel = False
+    #: the worker's broker status, told of Redis's refusals (set by ``RedisTransport.watch_refusals``)
+    broker_status: BrokerStatus | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

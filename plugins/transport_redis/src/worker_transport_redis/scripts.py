@@ -2,38 +2,58 @@
 
 They write exactly what kombu and Celery write (the ``unacked`` hash and ``unacked_index`` sorted
 set; ``celery-task-meta-<id>`` with its PUBLISH), so Celery workers and clients share the keys.
+A lease's score is the Redis server's own time (``TIME``), never a worker's: a worker whose clock
+is off neither makes its leases look stale to the others nor takes theirs for stale.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["FETCH", "FETCH_SHA", "STORE_RESULT"]
+__all__ = ["ACK", "FETCH", "FETCH_SHA", "RECORD", "RENEW", "STALE", "STORE_RESULT", "run"]
+
+#: The server's time in seconds (``now``), and as the score kombu gives ``unacked_index``, to the
+#: microsecond (``stamp``, a string: Lua would print a number to 14 digits). Redis < 5 must be
+#: told that a script that reads the time replicates its effects, not itself.
+_NOW = """
+if redis.replicate_commands then redis.replicate_commands() end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local stamp = string.format('%d.%06d', tonumber(clock[1]), tonumber(clock[2]))
+"""
 
 #: Acknowledge, record messages BRPOP took, then take up to ARGV[1] more messages and record
 #: them as unacked, atomically.
 #:
 #: KEYS[1] the ``unacked`` hash, KEYS[2] the ``unacked_index`` sorted set, KEYS[3..] the queue
 #: lists in kombu's BRPOP order (priority step major, queue minor).
-#: ARGV: [1] most messages, [2] score (client time, as kombu's ZADD), [3] number of queues,
-#: [4] "1" to rotate a queue to the end after taking from it (kombu's round-robin cycle),
-#: [5] number of acknowledged tags, then those tags, then the number of payloads BRPOP took
+#: ARGV: [1] most messages, [2] number of queues, [3] "1" to rotate a queue to the end after
+#: taking from it (kombu's round-robin cycle), [4] number of acknowledged tags, then those tags,
+#: then the number of payloads BRPOP took
 #: (delivered already, to be recorded as unacked), then for each its delivery tag, the JSON of
 #: its exchange and routing key, and the payload (the channel read them when it delivered it:
 #: the record is made under the tag the consumer acknowledges).
 #:
-#: Returns ``[key_index, delivery_tag, payload, ...]``: key_index is 1-based into KEYS[3..],
+#: Returns ``[stamp, key_index, delivery_tag, payload, ...]``: the score of the records it made,
+#: then for each message taken: key_index is 1-based into KEYS[3..],
 #: negative for a payload without a delivery tag (it cannot be recorded; the channel logs and
 #: drops it, as kombu would fail on it). The
 #: unacked value is ``[payload, exchange, routing_key]`` as kombu writes it, with the payload
-#: embedded verbatim: re-encoding it with cjson would turn empty lists into objects.
-FETCH = """
+#: embedded verbatim: re-encoding it with cjson would turn empty lists into objects. Records are
+#: scored with the server's time. Refused as a whole or not at all: its first write is a ``ZADD XX``
+#: of no member (it changes nothing), which Redis out of memory (``OOM``: it would let a script
+#: that already wrote go on past ``maxmemory``) or a replica (``READONLY``) refuses before
+#: anything changed, so a full Redis takes no message it could not record.
+FETCH = _NOW + """
 local unacked, index = KEYS[1], KEYS[2]
+redis.call('ZADD', index, 'XX', stamp, 'worker-lease-probe')
 local want = tonumber(ARGV[1])
-local score = ARGV[2]
-local nqueues = tonumber(ARGV[3])
-local rotate = ARGV[4] == '1'
-local nacks = tonumber(ARGV[5])
+local score = stamp
+local nqueues = tonumber(ARGV[2])
+local rotate = ARGV[3] == '1'
+local nacks = tonumber(ARGV[4])
 
 -- The delivery tag and the JSON of the exchange and routing key of a kombu payload. kombu writes
 -- properties last, delivery_info inside them and delivery_tag last of all: read them from the
@@ -82,15 +102,15 @@ local function describe(item)
   return tag, cjson.encode(exchange), cjson.encode(routing_key)
 end
 
-local first = 6
-while first < 6 + nacks do
-  local last = math.min(first + 499, 5 + nacks)
+local first = 5
+while first < 5 + nacks do
+  local last = math.min(first + 499, 4 + nacks)
   redis.call('ZREM', index, unpack(ARGV, first, last))
   redis.call('HDEL', unacked, unpack(ARGV, first, last))
   first = last + 1
 end
 
-local out, zargs, hargs = {}, {}, {}
+local out, zargs, hargs = {stamp}, {}, {}
 local function record(tag, item, exchange, routing_key)
   zargs[#zargs + 1] = score
   zargs[#zargs + 1] = tag
@@ -98,8 +118,8 @@ local function record(tag, item, exchange, routing_key)
   hargs[#hargs + 1] = '[' .. item .. ', ' .. exchange .. ', ' .. routing_key .. ']'
 end
 
-local nbook = tonumber(ARGV[6 + nacks])
-for i = 7 + nacks, 6 + nacks + 4 * nbook, 4 do
+local nbook = tonumber(ARGV[5 + nacks])
+for i = 6 + nacks, 5 + nacks + 4 * nbook, 4 do
   record(ARGV[i], ARGV[i + 3], ARGV[i + 1], ARGV[i + 2])
 end
 
@@ -146,6 +166,93 @@ return out
 """
 FETCH_SHA = hashlib.sha1(FETCH.encode()).hexdigest()
 
+#: Renew the leases of the messages a worker holds, at the server's time, and say which it lost.
+#:
+#: KEYS[1] ``unacked_index``, KEYS[2] kombu's restore mutex (``unacked_mutex``). ARGV: groups of
+#: ``score, count, tag...``: the score this worker last gave those tags. A tag whose entry still
+#: has that score is this worker's lease, and gets the server's time; one whose entry is gone, or
+#: has another score, was restored by someone who took its lease for stale (and maybe delivered
+#: again: a copy's record has the same tag, and the score of its delivery). A group whose score is
+#: '' (the worker's record of those is on its way) is renewed where it is there, and never judged.
+#: Returns ``[state, stamp, lost, tag, ...]``: state 1 when a restore held the mutex meanwhile (a
+#: tag it read as stale may be restored after this renewal: the answer is not final), else 0; the
+#: new score; how many tags follow that were lost; then the tags of '' groups that were renewed.
+#: With no tags it writes nothing but is refused as a write would be (``ZADD XX`` of no member a
+#: worker uses): a probe of whether Redis takes writes again.
+RENEW = _NOW + """
+local index = KEYS[1]
+local state = redis.call('EXISTS', KEYS[2])
+if #ARGV == 0 then
+  redis.call('ZADD', index, 'XX', stamp, 'worker-lease-probe')
+  return {state, stamp, 0}
+end
+local lost, found, zargs = {}, {}, {}
+local i = 1
+while i <= #ARGV do
+  local expected, count = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
+  for j = i + 2, i + 1 + count do
+    local tag = ARGV[j]
+    local score = redis.call('ZSCORE', index, tag)
+    if score and (expected == nil or tonumber(score) == expected) then
+      zargs[#zargs + 1] = stamp
+      zargs[#zargs + 1] = tag
+      if #zargs >= 1000 then
+        redis.call('ZADD', index, 'XX', unpack(zargs))
+        zargs = {}
+      end
+      if expected == nil then
+        found[#found + 1] = tag
+      end
+    elseif expected ~= nil then
+      lost[#lost + 1] = tag
+    end
+  end
+  i = i + 2 + count
+end
+if #zargs > 0 then
+  redis.call('ZADD', index, 'XX', unpack(zargs))
+end
+local out = {state, stamp, #lost}
+for _, tag in ipairs(lost) do out[#out + 1] = tag end
+for _, tag in ipairs(found) do out[#out + 1] = tag end
+return out
+"""
+
+#: Record a delivered message as unacknowledged, as kombu does, scored at the server's time.
+#: KEYS[1] ``unacked``, KEYS[2] ``unacked_index``; ARGV[1] the delivery tag, ARGV[2] the record
+#: (``[payload, exchange, routing_key]``). Pairs of ARGV after them record more messages.
+#: Returns the score.
+RECORD = _NOW + """
+for i = 1, #ARGV, 2 do
+  redis.call('ZADD', KEYS[2], stamp, ARGV[i])
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return stamp
+"""
+
+#: Acknowledge: drop the ``unacked`` records of ARGV (delivery tags). KEYS[1] ``unacked``, KEYS[2]
+#: ``unacked_index``. A script, not a MULTI: Redis out of memory refuses every command queued in a
+#: MULTI, where these removals are allowed.
+ACK = """
+for first = 1, #ARGV, 500 do
+  local last = math.min(first + 499, #ARGV)
+  redis.call('ZREM', KEYS[2], unpack(ARGV, first, last))
+  redis.call('HDEL', KEYS[1], unpack(ARGV, first, last))
+end
+return 1
+"""
+
+#: The delivery tags whose lease is older than the visibility timeout by the server's clock, as
+#: kombu's restore reads them (highest score first). KEYS[1] ``unacked_index``; ARGV[1] the
+#: visibility timeout, ARGV[2] the offset, ARGV[3] how many (-1: all).
+STALE = _NOW + """
+local ceil = now - tonumber(ARGV[1])
+if tonumber(ARGV[3]) < 0 then
+  return redis.call('ZREVRANGEBYSCORE', KEYS[1], ceil, 0)
+end
+return redis.call('ZREVRANGEBYSCORE', KEYS[1], ceil, 0, 'LIMIT', tonumber(ARGV[2]), tonumber(ARGV[3]))
+"""
+
 #: Store a task result unless SUCCESS is already stored, and PUBLISH it, atomically.
 #:
 #: KEYS[1] ``celery-task-meta-<id>``; ARGV[1] the meta, ARGV[2] milliseconds to keep it (0:
@@ -177,3 +284,9 @@ end
 redis.call('PUBLISH', KEYS[1], ARGV[1])
 return 1
 """
+
+
+def run(client: Any, script: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+    """Run ``script`` with ``EVAL`` on ``client``: ``keys`` go as given (kombu's prefixing client
+    leaves ``EVAL`` alone, so they carry the ``global_keyprefix`` already)."""
+    return client.execute_command("EVAL", script, len(keys), *keys, *args)

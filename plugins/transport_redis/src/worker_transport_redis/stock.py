@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kombu.transport import redis as _redis
 from kombu.utils import encoding as _encoding
@@ -23,8 +23,13 @@ from worker_core.transports import message as _message
 from worker_core.transports.message import Unreadable, fresh_tag
 
 from .acks import owe, take_owed
-from .leases import Leases, leases_at, renew
+from .leases import Leases, leases_at
 from .qos import LeasingQoS
+from .refusals import refusal
+from .scripts import ACK, RENEW, run
+
+if TYPE_CHECKING:
+    from worker_core.slots import BrokerStatus
 
 __all__ = ["Message", "StockChannel", "StockSentinelChannel", "not_json", "priority_lists", "read_envelope"]
 
@@ -124,6 +129,13 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
             self.leases.attach(self)
             self.write_owed()
 
+    @property
+    def broker_status(self) -> BrokerStatus | None:
+        """The worker's broker status, when a worker watches this connection (see
+        :meth:`~.transport.RedisTransport.watch_refusals`)."""
+        status: BrokerStatus | None = self.connection.broker_status
+        return status
+
     def write_owed(self) -> None:
         """Write the acknowledgements a closed channel to this Redis could not (see :mod:`.acks`)."""
         owed = take_owed(self.location)
@@ -133,6 +145,10 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
             self.remove_records(owed)
         except Exception as exc:
             owe(self.location, owed)
+            reason = refusal(exc)
+            if reason is not None:
+                self.leases.refused(reason)
+                return
             logger.warning("could not write %d acknowledgement(s) owed to Redis (%r); the next "
                            "connection tries again", len(owed), exc)
 
@@ -140,20 +156,48 @@ class StockChannel(redis.Channel):  # type: ignore[misc]
         """Keep a message the worker holds for its ETA packed (:class:`~worker_core.slots.ParksMessages`)."""
         self.qos.park(delivery_tag, envelope)
 
+    def lost_leases(self) -> frozenset[str] | None:
+        """The held messages whose lease this process lost (:class:`~worker_core.slots.FencesLeases`):
+        see :meth:`.leases.Leases.lost_leases`."""
+        return self.leases.lost_leases()
+
+    def maybe_refresh_binding_expiry(self) -> None:
+        """kombu's refresh of expiring queues' bindings, except while Redis refuses writes (kombu
+        logs each refusal with its traceback): told to the leases instead, which try again."""
+        refresh = getattr(super(), "maybe_refresh_binding_expiry", None)
+        if refresh is None or self.leases.refusing():
+            return
+        try:
+            refresh()
+        except Exception as exc:
+            reason = refusal(exc)
+            if reason is None:
+                raise
+            self.leases.refused(reason)
+
     def keep_held(self) -> None:
         """The connection was lost and the worker keeps the messages it holds (it acknowledges
         them on the next connection, which renews their leases): closing must not restore them."""
         self.keeps_held = True
 
-    def renew_leases(self, tags: Sequence[str], score: float) -> None:
-        """Set the ``unacked_index`` score of each of ``tags`` still there to ``score``."""
+    def renew_leases(self, groups: Mapping[str, Sequence[str]]) -> tuple[bool, str, list[str], list[str]]:
+        """Renew the leases this process holds (:data:`~.scripts.RENEW`; see
+        :meth:`.leases.LeaseRenewer.renew_leases`)."""
+        prefix = self.global_keyprefix
+        keys = [prefix + self.unacked_index_key, prefix + self.unacked_mutex_key]
+        args = [part for score, tags in groups.items() for part in (score, len(tags), *tags)]
         with self.conn_or_acquire() as client:
-            renew(client, self.unacked_index_key, tags, score)
+            reply = run(client, RENEW, keys, args)
+        tags = [bytes_to_str(tag) for tag in reply[3:]]
+        lost = int(reply[2])
+        return int(reply[0]) == 0, bytes_to_str(reply[1]), tags[:lost], tags[lost:]
 
     def remove_records(self, tags: Sequence[str]) -> None:
-        """Acknowledge ``tags``: drop their ``unacked`` records (as kombu's QoS does, in one round trip)."""
-        with self.conn_or_acquire() as client, client.pipeline() as pipe:
-            pipe.zrem(self.unacked_index_key, *tags).hdel(self.unacked_key, *tags).execute()
+        """Acknowledge ``tags``: drop their ``unacked`` records (as kombu's QoS does, in one round
+        trip; a script, which Redis out of memory still runs, where it refuses a MULTI)."""
+        prefix = self.global_keyprefix
+        with self.conn_or_acquire() as client:
+            run(client, ACK, [prefix + self.unacked_key, prefix + self.unacked_index_key], tags)
 
     def basic_consume(self, queue: str, no_ack: bool, callback: Callable[[Any], Any], consumer_tag: str,
                       **kwargs: Any) -> Any:

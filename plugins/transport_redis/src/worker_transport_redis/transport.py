@@ -14,10 +14,13 @@ if TYPE_CHECKING:
     from worker_core import Settings
     from worker_core.slots import (
         AcksSurviveReconnect,
+        BrokerStatus,
         CountsDeliveries,
         ElectsLeaders,
         FansOutEvents,
         KeepsRecords,
+        ReportsRefusals,
+        TellsTime,
         Transport,
     )
 
@@ -92,6 +95,28 @@ class RedisTransport:
             transport_options["ssl"] = dict(self.tls.arguments)
         return options
 
+    @classmethod
+    def refusal(cls, exc: BaseException) -> str | None:
+        """Redis refusing work on a connection that still works (out of memory, a read-only
+        replica, a busy script, loading its data): what it means; else None."""
+        from .refusals import refusal
+
+        reason = refusal(exc)
+        return None if reason is None else f"Redis refuses work: {reason}"
+
+    @classmethod
+    def watch_refusals(cls, connection: Connection, status: BrokerStatus) -> None:
+        """Tell ``status`` when Redis starts and stops refusing writes on ``connection``'s channels."""
+        connection.transport.broker_status = status
+
+    @classmethod
+    def broker_time(cls, connection: Connection) -> float:
+        """Redis's clock (``TIME``), seconds since the epoch."""
+        channel: Any = connection.default_channel  # a kombu Redis channel (kombu is not annotated)
+        with channel.conn_or_acquire() as client:
+            seconds, microseconds = client.time()
+        return float(seconds) + float(microseconds) / 1e6
+
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """Messages waiting in ``queue``: LLEN summed over its priority lists."""
         from .stock import priority_lists
@@ -143,3 +168,5 @@ if TYPE_CHECKING:
     _FANOUT: type[FansOutEvents] = RedisTransport
     _ELECTS: type[ElectsLeaders] = RedisTransport
     _RECORDS: type[KeepsRecords] = RedisTransport
+    _REFUSALS: type[ReportsRefusals] = RedisTransport
+    _TIME: type[TellsTime] = RedisTransport

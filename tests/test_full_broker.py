@@ -1,0 +1,100 @@
+"""A full or busy broker is a state, not a lost connection: Redis out of memory (``maxmemory``
+reached under ``noeviction``) or busy with a long script while tasks run with results on. The
+worker keeps its connection, logs the refusal once when it starts and once when it ends, takes
+no task meanwhile, and stores every result once Redis takes writes again. Each test has its own
+redis-server (broker and results); runs are counted in another Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+from apps import basic
+from conftest import REDIS_TEST_URL
+from faults import RedisServer
+from workers import TESTS, wait_for
+
+from worker_core.control.client import broadcast
+
+FAST_RETRY = '{"interval_start": 0.2, "interval_step": 0.2, "interval_max": 0.5}'
+ENV = {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": FAST_RETRY}
+TASKS = 40
+#: how long Redis refuses (a sleep that is the fault under test)
+REFUSING = 4.0
+
+
+@pytest.fixture
+def server(tmp_path: Path):
+    server = RedisServer(tmp_path).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(server: RedisServer):
+    basic.app.conf.update(broker_url=server.url, result_backend=server.url)
+    yield basic.app
+    basic.app.close()
+    basic.app.conf.update(broker_url=None, result_backend=None)
+
+
+def _stats(name: str) -> dict:
+    [reply] = broadcast(basic.app, "stats", {}, destination=[name], timeout=5, limit=1)
+    return reply[name]
+
+
+def _unexpected(log: str) -> list[str]:
+    """The log's lines that are not a task received or done (nor the banner)."""
+    return [line for line in log.splitlines() if line.startswith("[")
+            and " received" not in line and " succeeded in " not in line and " ready." not in line]
+
+
+def _out_of_memory(url: str) -> None:
+    broker = redis.Redis.from_url(url)
+    broker.config_set("maxmemory-policy", "noeviction")
+    broker.config_set("maxmemory", 1)  # below what it uses: every write that may grow it is refused
+
+
+def _busy(url: str, seconds: float) -> threading.Thread:
+    """Keep Redis busy with a script for ``seconds``; others get ``BUSY`` after 0.1 s of it."""
+    broker = redis.Redis.from_url(url)
+    broker.config_set("busy-reply-threshold", 100)
+    script = "local t = redis.call('TIME')[1] while redis.call('TIME')[1] - t < tonumber(ARGV[1]) do end"
+    thread = threading.Thread(target=broker.eval, args=(script, 0, int(seconds)), daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("fault", ["out-of-memory", "busy"])
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_refusing_redis_is_waited_out_with_one_line_each_way_and_every_result_stored(
+        workers, server, client, pool, fault):
+    worker = workers.start("-c", "2", pool=pool, broker=server.url, backend=server.url, env=ENV)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    results = [basic.count_slowly.delay(REDIS_TEST_URL, key, n, 0.3) for n in range(TASKS)]
+    wait_for(lambda: len(basic.runs(REDIS_TEST_URL, key)) >= 6, timeout=20, message="some tasks to run")
+    if fault == "out-of-memory":
+        _out_of_memory(server.url)
+        worker.wait_log("MainProcess] Redis refuses work: out of memory", timeout=10)
+        time.sleep(REFUSING)  # the fault under test
+        redis.Redis.from_url(server.url).config_set("maxmemory", 0)
+    else:
+        busy = _busy(server.url, REFUSING)
+        worker.wait_log("MainProcess] Redis refuses work: it is busy running a script", timeout=10)
+        busy.join(timeout=REFUSING + 10)
+    worker.wait_log("The broker takes work again after", timeout=20)
+    assert [result.get(timeout=60) for result in results] == list(range(TASKS))
+    assert basic.runs(REDIS_TEST_URL, key) == dict.fromkeys(range(TASKS), 1)
+    log = worker.log()
+    assert log.count("MainProcess] Redis refuses work") == 1
+    assert log.count("The broker takes work again after") == 1
+    assert "Connection to broker lost" not in log
+    # one line each way for the consumer, and for the result backend in each process that stores
+    assert len(_unexpected(log)) <= 2 + 2 * 3, "\n".join(_unexpected(log))
+    state = _stats(worker.name)["broker_state"]
+    assert state["refusing"] is None and state["refusals"] == 1 and state["refused_seconds"] > 1
+    assert worker.stop() == 0
