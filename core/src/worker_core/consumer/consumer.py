@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Blueprint
 from ..exceptions import ConnectionLostError
-from ..health.state import BROKER_DISCONNECTED
+from ..health.state import BROKER_BLOCKED, BROKER_DISCONNECTED
 from ..options import scheme_of
 from ..redaction import redact_value
 from .brokerstate import START, BrokerState, backoff_delay
@@ -146,6 +146,12 @@ class Consumer:
             logger.exception("Internal error while checking the clock and the leases")
 
     def _notify_from_any_thread(self, hook: str, **kwargs: Any) -> None:
+        """The broker refuses work, or takes it again: readiness says so at once (from any
+        thread), and the hook is called in the loop's thread."""
+        if hook == "broker_refused":
+            self.health.hold(BROKER_BLOCKED)
+        else:
+            self.health.release(BROKER_BLOCKED)
         self.inbox.call(lambda: self.notify(hook, worker=self.worker, **kwargs))
 
     def stop(self, *, terminate: bool) -> None:
