@@ -55,7 +55,7 @@ def resolve(module: str, path: Path, node: ast.ImportFrom) -> str:
 
 def imports(module: str, path: Path) -> Iterator[tuple[ast.stmt, list[str], bool]]:
     """Each import statement of a file: the modules it names (a name that is a module counts as
-    one) and whether it sits inside a function."""
+    that module, not as its package) and whether it sits inside a function."""
     tree = ast.parse(path.read_text(), str(path))
     known = core_modules()
 
@@ -67,7 +67,9 @@ def imports(module: str, path: Path) -> Iterator[tuple[ast.stmt, list[str], bool
             elif isinstance(child, ast.ImportFrom):
                 target = resolve(module, path, child)
                 named = [f"{target}.{alias.name}" for alias in child.names]
-                yield child, [target, *(name for name in named if name in known)], in_function
+                submodules = [name for name in named if name in known]
+                # ``from package import module`` needs the module, not the package's other names
+                yield child, [*([target] if len(submodules) < len(named) else []), *submodules], in_function
             yield from visit(child, inner)
 
     yield from visit(tree, False)

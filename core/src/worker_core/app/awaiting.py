@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..exceptions import ResultTimeout
 from ..results.meta import READY_STATES
+from ..slots import RepliesToSender
 
 if TYPE_CHECKING:
     from .base import App
@@ -75,8 +76,6 @@ class AsyncClient:
 
     async def wait(self, task_id: str, timeout: float | None, interval: float) -> Mapping[str, Any]:
         """The ready meta of ``task_id``, awaited; ``ResultTimeout`` after ``timeout`` seconds."""
-        from ..slots import RepliesToSender
-
         backend = self.app.backend
         deadline = None if timeout is None else monotonic() + timeout
         if isinstance(backend, RepliesToSender):

@@ -15,17 +15,22 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, overload
 
+from .. import signing
+from ..canvas.signatures import Signature, maybe_signature
 from ..exceptions import ConfigurationError, NotRegistered, PluginError
 from ..hookspecs import hookimpl
 from ..options import did_you_mean, scheme_of
 from ..plugins.manager import PluginManager
 from ..protocol import task_message
 from ..protocol.fastjson import dumps as json_dumps
+from ..protocol.times import parse_iso
 from ..selection import default_result_url
 from ..slots import AdoptsQueues, DelaysOnBroker, RepliesToSender, ResultBackend, Transport
 from . import sending
+from .awaiting import client_of, close_client
 from .broker import broker_urls, connect_for_publishing, transport_for
 from .context import add_child, current_context
+from .groupresult import GroupResult
 from .queues import Topology
 from .result import AsyncResult
 from .routes import Destination, Router
@@ -33,7 +38,6 @@ from .settings import Settings, check_names, from_object, settings_from
 from .task import Task
 
 if TYPE_CHECKING:
-    from ..canvas.signatures import Signature
     from ..signing.serializer import SignedSerializer
     from .groupresult import GroupResult as _GroupResult
 
@@ -292,8 +296,6 @@ class App:
         ``app.GroupResult.restore(group_id)``."""
         bound = self._group_result
         if bound is None:
-            from .groupresult import GroupResult
-
             bound = self._group_result = type("GroupResult", (GroupResult,), {"bound_app": self})
         return bound
 
@@ -304,9 +306,6 @@ class App:
         """A signature of the task named ``task`` (it need not be registered here), or one
         rebuilt from a signature's dict, sending with this app: ``app.signature("proj.add",
         (2, 2), countdown=10)``."""
-        from ..canvas.kinds import maybe_signature
-        from ..canvas.signatures import Signature
-
         if isinstance(task, Mapping):
             copy: Signature = maybe_signature(task, app=self, clone=True)
             return copy
@@ -370,8 +369,6 @@ class App:
                          kwargs: Mapping[str, Any] | None = None, **options: Any) -> _AsyncResult:
         """:meth:`send_task` from async code, without blocking the event loop (the send runs in
         the app's sending thread): ``result = await app.asend_task("proj.add", (2, 3))``."""
-        from .awaiting import client_of
-
         return await client_of(self).call(self.send_task, name, args, kwargs, **options)
 
     def send_task(
@@ -608,8 +605,6 @@ class App:
 
         :raise ConfigurationError: a setting is missing, or a file cannot be read or used.
         """
-        from .. import signing
-
         given = {"security_key": key, "security_key_password": key_password, "security_certificate": cert,
                  "security_cert_store": store, "security_digest": digest}
         changes = {name: value for name, value in given.items() if value is not None}
@@ -626,8 +621,6 @@ class App:
 
     def _signing(self) -> SignedSerializer:
         if self._signer is None or self._signer.key is None:
-            from .. import signing
-
             self._signer = signing.setup(self.settings, ["auth"], inner=self._signed_body_serializer)
         return self._signer
 
@@ -656,8 +649,6 @@ class App:
     def close(self) -> None:
         """Release this thread's broker connection and the result backend (and the threads of
         the async client, :meth:`asend_task`)."""
-        from .awaiting import close_client
-
         close_client(self)
         self._reset_connections()
 
@@ -734,10 +725,15 @@ def _track_for_fork(app: App) -> None:
 
 def _seconds_until(eta: str) -> float | None:
     """Seconds from now to an ISO 8601 ``eta`` (None when it cannot be read)."""
-    from ..protocol.times import parse_iso
-
     try:
         when = parse_iso(eta)
     except (TypeError, ValueError):
         return None
     return (when - datetime.now(when.tzinfo)).total_seconds()
+
+
+if TYPE_CHECKING:
+    # mypy proves an App is what canvas sends with.
+    from ..canvas.interface import CanvasApp
+
+    _CANVAS_APP: type[CanvasApp] = App

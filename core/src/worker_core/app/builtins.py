@@ -15,7 +15,14 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import ChordError, NotRegistered
+from ..canvas.chords import chord as chord_kind
+from ..canvas.groups import group as group_kind
+from ..canvas.joins import chord_error_from_stack, failed_culprit, send_chord_body
+from ..canvas.maps import chunks as chunks_of
+from ..canvas.signatures import maybe_signature
+from ..exceptions import ChordError, NotRegistered, Retry
+from .groupresult import GroupResult, result_from_tuple
+from .task import Task
 
 if TYPE_CHECKING:
     from .base import App
@@ -31,8 +38,6 @@ BUILTIN_PREFIX = "celery."
 
 def register_builtin_tasks(app: App) -> None:
     """Register the built-in tasks in ``app``, each unless it has a task of that name already."""
-    from .task import Task
-
     for name, (fun, options) in _builtins(app).items():
         if name not in app.tasks:
             task = Task()
@@ -41,8 +46,6 @@ def register_builtin_tasks(app: App) -> None:
 
 
 def _task_of(app: App, sig: Any, builtin: str) -> Task:
-    from ..canvas.kinds import maybe_signature
-
     name = maybe_signature(sig, app=app).task
     task = app.tasks.get(name)
     if task is None:
@@ -70,8 +73,6 @@ def _builtins(app: App) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
         return [fun(*item) for item in it]
 
     def chunks(task: Any, it: Iterable[Any], n: int) -> Any:
-        from ..canvas.maps import chunks as chunks_of
-
         return chunks_of(task, it, n, app=app).apply_async().as_tuple()
 
     def unlock_chord(self: Task, group_id: str, callback: Any, interval: float | None = None,
@@ -80,8 +81,6 @@ def _builtins(app: App) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
 
     def group(self: Task, tasks: Iterable[Any], result: Any, group_id: str, partial_args: Iterable[Any],
               add_to_parent: bool = True) -> Any:
-        from ..canvas.kinds import maybe_signature
-
         for task in tasks:
             sig = maybe_signature(task, app=app).clone(partial_args)
             sig.apply_async(group_id=group_id, add_to_parent=False)
@@ -93,10 +92,6 @@ def _builtins(app: App) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
     def chord(self: Task, header: Any, body: Any, partial_args: Iterable[Any] = (),
               interval: float | None = None, countdown: float = 1, max_retries: int | None = None,
               eager: bool = False, **kwargs: Any) -> Any:
-        from ..canvas.chords import chord as chord_kind
-        from ..canvas.groups import group as group_kind
-        from ..canvas.kinds import maybe_signature
-
         header = maybe_signature(header, app=app)
         tasks = header.tasks if isinstance(header, group_kind) else header
         header = group_kind([maybe_signature(task, app=app) for task in tasks], app=app)
@@ -127,11 +122,6 @@ def _unlock_chord(app: App, task: Task, group_id: str, callback: Any, interval: 
     """``celery.chord_unlock``: look at the header's results; not all ready, look again after
     ``interval`` (a retry of this task); all ready, send the body with their values, or fail it
     with ``ChordError`` naming the first header task that failed."""
-    from ..canvas.joins import chord_error_from_stack, failed_culprit, send_chord_body
-    from ..canvas.kinds import maybe_signature
-    from ..exceptions import Retry
-    from .groupresult import GroupResult, result_from_tuple
-
     if interval is None:
         interval = task.default_retry_delay
     results = GroupResult(group_id, [result_from_tuple(item, app) for item in header], app=app)
@@ -170,8 +160,6 @@ def _unlock_chord(app: App, task: Task, group_id: str, callback: Any, interval: 
 def _cannot_retry(app: App, group_id: str, body: Any, exc: BaseException) -> None:
     """Nothing will look at the chord again (its retries are used up, or sending the retry
     failed): fail the body rather than leave it waiting for ever."""
-    from ..canvas.joins import chord_error_from_stack
-
     logger.error("Chord %s: chord_unlock could not be retried: %r", group_id, exc)
     cause = getattr(exc, "reason", None) or exc
     error = ChordError(f"chord_unlock could not be retried: {cause!r}")

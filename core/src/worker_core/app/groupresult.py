@@ -7,7 +7,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from .result import AsyncResult
+from ..control.client import broadcast
+from ..results.requirements import require_groups
+from .result import AsyncResult, result_from_tuple
 
 if TYPE_CHECKING:
     from .base import App
@@ -124,8 +126,6 @@ class ResultSet:
 
     def revoke(self, terminate: bool = False, signal: str | int | None = None) -> None:
         """Ask every worker to discard all these tasks (see :meth:`AsyncResult.revoke`)."""
-        from ..control.client import broadcast
-
         ids = [result.id for result in self.results]
         broadcast(self.app, "revoke", {"task_id": ids, "terminate": terminate, "signal": signal}, reply=False)
 
@@ -168,8 +168,6 @@ class GroupResult(ResultSet):
     def save(self) -> GroupResult:
         """Keep this group's id and its tasks' ids in the result backend (needs one that
         :class:`~worker_core.slots.SavesGroups`: the embedded or Redis backend)."""
-        from ..canvas.backends import require_groups
-
         if not self.id:
             raise ValueError("a GroupResult needs an id to be saved")
         require_groups(self.app).save_group(self.id, self.as_tuple())
@@ -178,8 +176,6 @@ class GroupResult(ResultSet):
     @classmethod
     def restore(cls, id: str, app: App | None = None) -> GroupResult | None:
         """The group saved under ``id`` (by this client or a Celery one), or None."""
-        from ..canvas.backends import require_groups
-
         app = app or cls.bound_app
         if app is None:
             raise ValueError(f"GroupResult.restore({id!r}) needs the app: GroupResult.restore(id, app=app) "
@@ -194,8 +190,6 @@ class GroupResult(ResultSet):
 
     def delete(self) -> None:
         """Delete the saved group (the tasks' results stay)."""
-        from ..canvas.backends import require_groups
-
         if self.id:
             require_groups(self.app).delete_group(self.id)
 
@@ -232,25 +226,3 @@ class GroupResult(ResultSet):
 
     def __repr__(self) -> str:
         return f"<GroupResult: {self.id} [{', '.join(str(result.id) for result in self.results)}]>"
-
-
-def result_from_tuple(value: Any, app: App) -> AsyncResult | GroupResult:
-    """The result a Celery result tuple describes (as stored in ``children`` or a saved group,
-    lists in JSON): ``[[id, parent], None]`` a task's, ``[[id, parent], [children]]`` a group's,
-    ``parent`` the same form or None. A bare id is a task's."""
-    if isinstance(value, (AsyncResult, GroupResult)):
-        return value
-    if isinstance(value, str):
-        return AsyncResult(value, app)
-    try:
-        head, nodes = value
-    except (TypeError, ValueError):
-        raise ValueError(f"not a Celery result tuple: {value!r}") from None
-    if isinstance(head, (list, tuple)):
-        task_id, parent_tuple = head
-    else:
-        task_id, parent_tuple = head, None
-    parent = result_from_tuple(parent_tuple, app) if parent_tuple else None
-    if nodes is not None:
-        return GroupResult(task_id, [result_from_tuple(node, app) for node in nodes], parent=parent, app=app)
-    return AsyncResult(task_id, app, parent=parent)

@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Generator, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..control.client import broadcast
 from ..results.meta import FAILURE, PROPAGATE_STATES, READY_STATES, SUCCESS, decode_result
+from .awaiting import client_of
 
 if TYPE_CHECKING:
     from .base import App
     from .groupresult import GroupResult
 
-__all__ = ["AsyncResult"]
+__all__ = ["AsyncResult", "result_from_tuple"]
 
 
 class AsyncResult:
@@ -68,8 +70,6 @@ class AsyncResult:
                    follow_parents: bool = True) -> Any:
         """:meth:`get` from async code: waits for the result without blocking the event loop
         (``await result`` does the same with the defaults)."""
-        from .awaiting import client_of
-
         client = client_of(self.app)
         if follow_parents and propagate and self.parent is not None:
             await client.call(lambda: [node.maybe_throw() for node in reversed(list(self._parents()))])
@@ -97,8 +97,6 @@ class AsyncResult:
     def revoke(self, terminate: bool = False, signal: str | int | None = None) -> None:
         """Ask every worker to discard this task, and with ``terminate`` to kill the process
         running it (``signal``, TERM by default); like Celery's, it does not wait for replies."""
-        from ..control.client import broadcast
-
         broadcast(self.app, "revoke", {"task_id": self.id, "terminate": terminate, "signal": signal},
                   reply=False)
 
@@ -170,8 +168,6 @@ class AsyncResult:
         """The results of the tasks this task sent (its callbacks, the next step of its chain,
         ...), read from the ``children`` the worker stored with its result (Celery's result
         tuples); empty until the task has finished."""
-        from .groupresult import result_from_tuple
-
         return [result_from_tuple(child, self.app) for child in self._meta().get("children") or ()]
 
     def as_tuple(self) -> tuple[Any, ...]:
@@ -193,3 +189,28 @@ class AsyncResult:
 
     def __repr__(self) -> str:
         return f"<AsyncResult: {self.id}>"
+
+
+def result_from_tuple(value: Any, app: App) -> AsyncResult | GroupResult:
+    """The result a Celery result tuple describes (as stored in ``children`` or a saved group,
+    lists in JSON): ``[[id, parent], None]`` a task's, ``[[id, parent], [children]]`` a group's,
+    ``parent`` the same form or None. A bare id is a task's."""
+    if isinstance(value, AsyncResult) or hasattr(value, "results"):  # a result, or a group's
+        given: AsyncResult | GroupResult = value
+        return given
+    if isinstance(value, str):
+        return AsyncResult(value, app)
+    try:
+        head, nodes = value
+    except (TypeError, ValueError):
+        raise ValueError(f"not a Celery result tuple: {value!r}") from None
+    if isinstance(head, (list, tuple)):
+        task_id, parent_tuple = head
+    else:
+        task_id, parent_tuple = head, None
+    parent = result_from_tuple(parent_tuple, app) if parent_tuple else None
+    if nodes is not None:
+        group: GroupResult = app.GroupResult(task_id, [result_from_tuple(node, app) for node in nodes],
+                                             parent=parent)
+        return group
+    return AsyncResult(task_id, app, parent=parent)

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 import attrs
 
+from ..canvas import maps
+from ..canvas import replace as handover
+from ..canvas.signatures import Signature
 from ..exceptions import ConfigurationError, Ignore, MaxRetriesExceededError, Reject, Retry
 from ..protocol import safe_repr
 from ..protocol.delays import strip_delay
@@ -26,11 +29,11 @@ from ..rates import parse_rate
 from ..results.meta import EXCEPTION_STATES
 from ..results.outcome import Outcome, store_outcome
 from . import task_options as check
+from .awaiting import client_of
 from .context import TaskContext, current_context, pushed, workflow_options
 from .handlers import HANDLERS, ExceptionInfo, overridden
 
 if TYPE_CHECKING:
-    from ..canvas.signatures import Signature
     from .base import App
     from .result import AsyncResult
 
@@ -529,8 +532,6 @@ class Task:
                            **options: Any) -> AsyncResult:
         """:meth:`apply_async` from async code, without blocking the event loop; then ``await
         result.aget(timeout=...)``."""
-        from .awaiting import client_of
-
         return await client_of(self.app).call(self.apply_async, args, kwargs, **options)
 
     def AsyncResult(self, task_id: str) -> AsyncResult:
@@ -541,8 +542,6 @@ class Task:
     def signature(self, args: Sequence[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
                   options: Mapping[str, Any] | None = None, **more: Any) -> Signature:
         """This task's call as data: ``add.signature((2, 2), countdown=10)``."""
-        from ..canvas.signatures import Signature
-
         more.setdefault("app", self.app)
         return Signature(self, args, kwargs, options, **more)
 
@@ -558,36 +557,26 @@ class Task:
 
     def map(self, it: Iterable[Any]) -> Signature:
         """One ``celery.map`` task calling this task with each item of ``it`` in turn."""
-        from ..canvas.maps import xmap
-
-        return xmap(self.s(), it, app=self.app)
+        return maps.xmap(self.s(), it, app=self.app)
 
     def starmap(self, it: Iterable[Any]) -> Signature:
         """One ``celery.starmap`` task calling this task with ``*item`` for each item of ``it``."""
-        from ..canvas.maps import xstarmap
-
-        return xstarmap(self.s(), it, app=self.app)
+        return maps.xstarmap(self.s(), it, app=self.app)
 
     def chunks(self, it: Iterable[Any], n: int) -> Signature:
         """``it`` in parts of ``n``, each a ``celery.starmap`` task, sent together as a group."""
-        from ..canvas.maps import chunks
-
-        return chunks(self.s(), it, n, app=self.app)
+        return maps.chunks(self.s(), it, n, app=self.app)
 
     def replace(self, sig: Signature) -> NoReturn:
         """Replace this running task with ``sig``, which takes over its id and its place in its
         workflow; the task ends here (``return self.replace(sig)`` reads best). See
         :func:`worker_core.canvas.replace.replace`."""
-        from ..canvas.replace import replace
-
-        replace(self, sig)
+        handover.replace(self, sig)
 
     def add_to_chord(self, sig: Signature, lazy: bool = False) -> Any:
         """Add ``sig`` to the chord this running task is part of (its body waits for it too).
         See :func:`worker_core.canvas.replace.add_to_chord`."""
-        from ..canvas.replace import add_to_chord
-
-        return add_to_chord(self, sig, lazy)
+        return handover.add_to_chord(self, sig, lazy)
 
     def __repr__(self) -> str:
         return f"<task {self.name}>"
@@ -604,3 +593,11 @@ OPTIONS = ("name", "base", "bind", "acks_late", "ignore_result", "max_retries", 
 def _declared_by_subclass(cls: type[Task], option: str) -> bool:
     """Whether a class between ``cls`` and Task declares ``option`` (a base's own attribute)."""
     return any(option in vars(base) for base in cls.__mro__ if issubclass(base, Task) and base is not Task)
+
+
+if TYPE_CHECKING:
+    # mypy proves a Task is what a signature of it sends and calls.
+    from ..canvas.interface import CanvasTask, RunningTask
+
+    _CANVAS_TASK: type[CanvasTask] = Task
+    _RUNNING_TASK: type[RunningTask] = Task

@@ -12,9 +12,8 @@ from .chains import chain
 from .chords import chord
 from .embed import Embed, apply_to_result, send_callbacks, send_errbacks, send_next_step
 from .groups import group
-from .kinds import from_dict, maybe_signature, signature
 from .maps import chunks, xmap, xstarmap
-from .signatures import Signature
+from .signatures import Signature, from_dict, maybe_signature, signature
 
 __all__ = [
     "Embed",

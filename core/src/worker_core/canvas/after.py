@@ -15,22 +15,21 @@ embed holds something: a plain task pays one check in the worker's main process.
 from __future__ import annotations
 
 import logging
-from collections import deque
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
+from ..app.context import TaskContext
 from ..exceptions import CanvasError
 from ..protocol import safe_repr
-from ..results.meta import FAILURE, PROPAGATE_STATES, REVOKED, SUCCESS, encode_exception
-from ..results.outcome import Outcome, store_outcome
+from ..results.meta import FAILURE, REVOKED, SUCCESS, encode_exception
+from ..slots import DiscardsResults, RepliesToSender
 from .embed import apply_to_result, read_signature, read_signatures, send_callbacks
+from .errbacks import call_errbacks
+from .interface import CanvasApp
+from .joins import count_chord_part, fail_chain
 from .signatures import Signature
 
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.context import TaskContext
-
-__all__ = ["EMBED_KEYS", "Workflow", "fail_chain"]
+__all__ = ["EMBED_KEYS", "Workflow"]
 
 logger = logging.getLogger("worker.canvas")
 
@@ -49,7 +48,7 @@ class Workflow:
 
     __slots__ = ("app", "callbacks", "chain", "chord", "errbacks", "next_step")
 
-    def __init__(self, app: App, callbacks: tuple[Signature, ...], errbacks: tuple[Signature, ...],
+    def __init__(self, app: CanvasApp, callbacks: tuple[Signature, ...], errbacks: tuple[Signature, ...],
                  chain: list[Any], next_step: Signature | None, chord: Signature | None) -> None:
         self.app = app
         self.callbacks = callbacks
@@ -60,7 +59,7 @@ class Workflow:
         self.chord = chord
 
     @classmethod
-    def read(cls, app: App, embed: Mapping[str, Any], context: TaskContext) -> Workflow:
+    def read(cls, app: CanvasApp, embed: Mapping[str, Any], context: TaskContext) -> Workflow:
         """Read a message's embed, and give ``context`` (the task's request) its parts as
         Celery's request has them.
 
@@ -112,8 +111,6 @@ class Workflow:
         part of, if any; the count that completes the chord sends its body."""
         if self.chord is None or not context.group or not context.id:
             return
-        from .joins import count_chord_part
-
         count_chord_part(self.app, self.chord, context.group, context.id, context.group_index, state, result)
 
     def failed(self, context: TaskContext, exc: BaseException, traceback: str | None) -> None:
@@ -131,8 +128,6 @@ class Workflow:
             logger.exception("Task %s[%s] failed, and the rest of its chain could not be failed",
                              context.task, context.id)
         if self.errbacks:
-            from .errbacks import call_errbacks
-
             try:
                 call_errbacks(app, self.errbacks, context, exc, traceback)
             except Exception:  # the broker is unreachable, say: the failure itself is stored
@@ -150,8 +145,6 @@ class Workflow:
         counts it again (once: a part counts once). False when it must run, or when the
         backend keeps nothing a worker can read (``disabled``, or ``rpc://``, which sends each
         state to the task's client)."""
-        from ..slots import DiscardsResults, RepliesToSender
-
         app = self.app
         backend = app.backend
         if isinstance(backend, RepliesToSender) or (
@@ -171,48 +164,3 @@ class Workflow:
             self.succeeded(context, meta.get("result"))
         self.counted(context, SUCCESS, meta.get("result"))
         return True
-
-
-def fail_chain(app: App, chain: Sequence[Any], exc: BaseException, traceback: str | None) -> None:
-    """Store FAILURE with ``exc`` under the task id of every remaining step of a chain (as the
-    message carries it), so a client waiting on the chain's result gets the error; a step in a
-    chord counts for it, and a chord's body is failed too (its result is the chord's)."""
-    from .joins import count_chord_part
-
-    backend = app.backend
-    encoded = encode_exception(exc)
-    pending: deque[Any] = deque(chain)
-    while pending:
-        step = pending.popleft()
-        if not isinstance(step, Mapping):
-            logger.error("A step after a failed task is not a signature and cannot be failed: %s",
-                         safe_repr(step, 300))
-            continue
-        options = step.get("options") or {}
-        task_id = options.get("task_id")
-        in_chord = options.get("chord") is not None and options.get("group_id")
-        already_failed = False
-        if in_chord and task_id:
-            try:
-                already_failed = backend.get_task_meta(task_id).get("status") in PROPAGATE_STATES
-            except Exception:
-                already_failed = False
-        if task_id:
-            # with the step's own reply_to: a backend replying to the sender (rpc://) sends the
-            # failure to the client waiting on that step, as Celery's does
-            request = {"task": step.get("task"), "id": task_id, "args": step.get("args"),
-                       "kwargs": step.get("kwargs"), "group": options.get("group_id"),
-                       "parent_id": options.get("parent_id"), "reply_to": options.get("reply_to"),
-                       "correlation_id": task_id}
-            try:
-                store_outcome(backend, Outcome(FAILURE, exception=exc, traceback=traceback, task_id=task_id,
-                                               request=request))
-            except Exception:
-                logger.exception("could not store the failure of task %s after a failed step", task_id)
-        if in_chord and task_id and not already_failed:
-            count_chord_part(app, options["chord"], options["group_id"], task_id, options.get("group_index"),
-                             FAILURE, encoded)
-        if step.get("subtask_type") == "chord":
-            body = (step.get("kwargs") or {}).get("body")
-            if body is not None:
-                pending.append(body)

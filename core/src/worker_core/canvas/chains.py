@@ -2,32 +2,61 @@
 
 Sending a chain sends its first task only; the rest travel in that message's embed as the
 ``chain`` list, in reverse order (the worker pops the next one from the end), each with its task
-id given in advance. Groups followed by a task become chords on the way (see :mod:`.compose`).
+id given in advance. Groups followed by a task become chords on the way.
+
+The ``|`` rules, as Celery composes: what ``left | right`` builds for each kind of signature
+(:meth:`chain.compose`), and ``chain(a, b, c)`` built in one pass with the same result as
+``chain() | a | b | c``.
+
+========================  ===============================================================
+left | right             result
+========================  ===============================================================
+task | task             chain(task, task)
+task | chain            chain(task, *chain's tasks)
+task | group            chain(task, group) (a group of one task is that task)
+chain | task            the chain with the task appended; a chain ending in a group gets
+                        chord(group, task) instead, a chain ending in a chord gets the
+                        task added to the chord's body
+chain | chain           the left chain with each task of the right one, by these rules
+chain | group           the chain with the group appended (to the body of a final chord)
+group | anything        chord(group, anything) (an empty group on the right: the group)
+chord | task or chord   the chord with its body piped into the right side
+chord | chain or group  chain(chord, ...) (a group of one task: added to the body)
+========================  ===============================================================
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from functools import reduce
+from typing import Any
 
-from .kinds import from_dict, maybe_signature, register_type
-from .signatures import Signature, _as_list
+from ..app.groupresult import GroupResult
+from ..results.requirements import require_chords
+from .chords import chord, strip_chord_header_links
+from .groups import group
+from .interface import CanvasApp
+from .signatures import RUN_OPTIONS, Signature, as_list, from_dict, maybe_signature, register_type
 
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
-    from ..app.result import AsyncResult
-
-__all__ = ["RUN_OPTIONS", "chain", "prepare_steps", "unroll_chords"]
-
-#: Options of a chain that sending it uses itself instead of passing them to its first task.
-RUN_OPTIONS = frozenset({"chord", "group_id", "group_index", "link", "link_error", "parent_id", "root_id",
-                         "task_id"})
+__all__ = ["RUN_OPTIONS", "chain", "fold", "is_empty_group", "pipe", "prepare_steps", "unroll"]
 
 
 def _is_list(value: Any) -> bool:
     return isinstance(value, Iterable) and not isinstance(value, (str, bytes, Mapping))
+
+
+def is_empty_group(sig: Any) -> bool:
+    """A group with no tasks: nothing to run, so ``|`` leaves it out."""
+    return isinstance(sig, group) and isinstance(sig.tasks, (list, tuple)) and not sig.tasks
+
+
+def unroll(sig: Signature) -> Signature:
+    """A group of one task is that task; anything else is itself."""
+    if isinstance(sig, group) and len(sig.tasks) == 1:
+        only: Signature = sig.tasks[0]
+        return only
+    return sig
 
 
 @register_type("chain")
@@ -44,8 +73,6 @@ class chain(Signature):
 
     def __new__(cls, *tasks: Any, **options: Any) -> Any:
         if not options and tasks and (len(tasks) != 1 or _is_list(tasks[0])):
-            from .compose import fold
-
             return fold(tasks[0] if len(tasks) == 1 else tasks)
         return super().__new__(cls)
 
@@ -56,15 +83,21 @@ class chain(Signature):
         super().__init__("celery.chain", (), {"tasks": members}, subtask_type="chain", **options)
 
     @classmethod
-    def of(cls, tasks: Sequence[Any], app: App | None = None, **options: Any) -> chain:
+    def of(cls, tasks: Sequence[Any], app: CanvasApp | None = None, **options: Any) -> chain:
         """A chain of exactly these tasks, composed by no rule."""
         made = Signature.__new__(cls)
         Signature.__init__(made, "celery.chain", (), {"tasks": tasks}, subtask_type="chain", app=app,
                            **options)
         return made
 
+    @staticmethod
+    def compose(left: Signature, right: Any) -> Any:
+        """What ``left | right`` builds (``NotImplemented`` when ``right`` is no signature): the
+        rules above."""
+        return pipe(left, right)
+
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         tasks = data["kwargs"]["tasks"]
         if tasks:
             tasks = [maybe_signature(task, app=app) for task in tasks]
@@ -80,12 +113,16 @@ class chain(Signature):
         self.kwargs["tasks"] = value
 
     @property
-    def app(self) -> App:
+    def app(self) -> CanvasApp:
         if self._app is None:
             for task in self.tasks:
-                if isinstance(task, Signature) and task._app is not None:
-                    return task._app
+                if isinstance(task, Signature) and task.known_app is not None:
+                    return task.known_app
         return super().app
+
+    @app.setter
+    def app(self, value: CanvasApp) -> None:
+        self._app = value
 
     def clone(self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
               **options: Any) -> Signature:
@@ -99,11 +136,57 @@ class chain(Signature):
         each (so a failure anywhere reaches them)."""
         tasks = [(task if isinstance(task, Signature) else from_dict(task, app=self._app)).clone()
                  for task in self.tasks]
-        for callback in _as_list(self.options.get("link")) or ():
+        for callback in as_list(self.options.get("link")) or ():
             tasks[-1].link(callback)
-        for errback in _as_list(self.options.get("link_error")) or ():
+        for errback in as_list(self.options.get("link_error")) or ():
             for task in tasks:
                 task.link_error(errback)
+        return tasks
+
+    # -- what a workflow holding the chain asks of it --------------------------------------------
+
+    def chord_size(self) -> int:
+        for step in reversed(self.tasks):
+            if not isinstance(step, Signature) and isinstance(step, Mapping):
+                step = from_dict(step)
+            size = step.chord_size() if isinstance(step, Signature) else len(step)
+            if size > 0:
+                return size
+        return 0
+
+    def runs_nothing(self) -> bool:
+        return not self.tasks
+
+    def led_by_task(self) -> bool:
+        return bool(self.tasks) and not isinstance(self.tasks[0], group)
+
+    def unroll_chords(self) -> None:
+        """Split the chords whose body is a chain led by a task, so each header task carries only
+        the body's first task: ``chord(h, a | b | c)`` becomes ``chord(h, a), b, c``."""
+        pending: deque[Any] = deque(self.tasks)
+        tasks: list[Any] = []
+        while pending:
+            task = pending.popleft()
+            if isinstance(task, chain):
+                task = task.clone()
+                task.unroll_chords()
+            if isinstance(task, chord) and task.body is not None and task.body.led_by_task():
+                pending.extendleft(reversed(task.unroll_body()))
+            else:
+                tasks.append(task)
+        self.tasks = tasks
+
+    def clear_chord_option(self) -> None:
+        super().clear_chord_option()
+        if self.tasks:
+            self.tasks[-1].clear_chord_option()
+
+    def strip_chord_header_links(self) -> None:
+        for task in self.tasks:
+            task.strip_chord_header_links()
+
+    def members(self) -> list[Any]:
+        tasks: list[Any] = self.tasks
         return tasks
 
     # -- sending --------------------------------------------------------------------------------
@@ -121,7 +204,7 @@ class chain(Signature):
     def run(self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
             group_id: str | None = None, chord: Signature | None = None, task_id: str | None = None,
             link: Any = None, link_error: Any = None, root_id: str | None = None,
-            parent_id: str | None = None, app: App | None = None, group_index: int | None = None,
+            parent_id: str | None = None, app: CanvasApp | None = None, group_index: int | None = None,
             **options: Any) -> Any:
         """Send the chain with these run options (those of :data:`RUN_OPTIONS` place it in a
         workflow; the rest go to the first task)."""
@@ -142,14 +225,13 @@ class chain(Signature):
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, chord: Signature | None = None,
                root_id: str | None = None, parent_id: str | None = None,
-               group_index: int | None = None) -> AsyncResult | GroupResult:
+               group_index: int | None = None) -> Any:
         """Give every task its id now (in place) and return the last task's result handle."""
         _, results = prepare_steps(self.app, self.args, self.kwargs, self.tasks, root_id, None, _id, group_id,
                                    chord, group_index=group_index, clone=False)
         if results:
             self.id = results[0].id
-        last: AsyncResult | GroupResult = results[0]
-        return last
+        return results[0]
 
     def __repr__(self) -> str:
         if not self.tasks:
@@ -157,28 +239,8 @@ class chain(Signature):
         return " | ".join(repr(task) for task in self.tasks)
 
 
-def unroll_chords(sig: chain) -> None:
-    """Split chords whose body is a chain led by a task, so each header task carries only the
-    body's first task: ``chord(h, a | b | c)`` becomes ``chord(h, a), b, c``."""
-    from .chords import chord, is_chain_led_by_task
-
-    pending: deque[Any] = deque(sig.tasks)
-    tasks: list[Any] = []
-    while pending:
-        task = pending.popleft()
-        if isinstance(task, chain):
-            task = task.clone()
-            assert isinstance(task, chain)
-            unroll_chords(task)
-        if isinstance(task, chord) and is_chain_led_by_task(task.body):
-            pending.extendleft(reversed(task.unroll_body()))
-        else:
-            tasks.append(task)
-    sig.tasks = tasks
-
-
 def prepare_steps(
-    app: App, args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None, steps_given: Iterable[Any],
+    app: CanvasApp, args: Iterable[Any] | None, kwargs: Mapping[str, Any] | None, steps_given: Iterable[Any],
     root_id: str | None = None, link_error: Any = None, last_task_id: str | None = None,
     group_id: str | None = None, chord_body: Signature | None = None, *, group_index: int | None = None,
     clone: bool = True,
@@ -193,12 +255,6 @@ def prepare_steps(
     a task becomes a chord. With ``clone`` the given signatures are left as they were; without,
     they are frozen in place (what :meth:`chain.freeze` promises).
     """
-    from ..app.groupresult import GroupResult
-    from .backends import require_chords
-    from .chords import chord, is_chain_led_by_task, strip_chord_header_links
-    from .compose import is_empty_group, unroll
-    from .groups import group
-
     steps: deque[Any] = deque(steps_given)
     # The walk below is backwards and gives the partial args to the step popped last: make that
     # one a real task (splice leading chains, drop leading empty groups while others follow).
@@ -236,7 +292,7 @@ def prepare_steps(
             task = unroll(task)
             if is_empty_group(task) and (steps or prev_task):
                 continue
-        if clone and isinstance(task, chord) and is_chain_led_by_task(task.body):
+        if clone and isinstance(task, chord) and task.body is not None and task.body.led_by_task():
             steps.extend(task.unroll_body())
             continue
         if clone:
@@ -270,7 +326,7 @@ def prepare_steps(
         frozen += 1
         if prev_task and prev_res is not None and prev_res.parent is None:
             prev_res.parent = res
-        for errback in _as_list(link_error) or ():
+        for errback in as_list(link_error) or ():
             task.link_error(errback)
             if isinstance(task, chord) and task.body:
                 task.body.link_error(errback)  # the chord's own failure handling reads it there
@@ -288,3 +344,120 @@ def prepare_steps(
         for task in tasks:
             strip_chord_header_links(task)
     return tasks, results
+
+
+# -- the | rules ------------------------------------------------------------------------------
+
+
+def pipe(left: Signature, right: Any) -> Any:
+    """``left | right`` (``NotImplemented`` when ``right`` is no signature)."""
+    if not isinstance(right, Signature):
+        return NotImplemented
+    if isinstance(left, chord):
+        return _after_chord(left, right)
+    if isinstance(left, group):
+        if is_empty_group(right):
+            return left
+        return chord(left, body=right, app=left.known_app)
+    if isinstance(left, chain):
+        return _after_chain(left, right)
+    return _after_task(left, right)
+
+
+def _after_task(left: Signature, right: Signature) -> Signature:
+    if isinstance(right, chain):
+        return chain.of([left, *right.unchain_tasks()], app=left.known_app)
+    if isinstance(right, group):
+        right = unroll(right)
+    return chain.of([left, right], app=left.known_app)
+
+
+def _after_chord(left: chord, right: Signature) -> Signature:
+    if isinstance(right, group) and len(right.tasks) == 1:
+        right = unroll(right)
+    elif isinstance(right, (group, chain)):
+        return _after_task(left, right)
+    joined = left.clone()
+    assert isinstance(joined, chord)
+    joined.body = pipe(joined.body, right)
+    return joined
+
+
+def _after_chain(left: chain, right: Signature) -> Signature:
+    if is_empty_group(right):
+        return left
+    if isinstance(right, group):
+        right = unroll(right)
+        if not isinstance(right, group):
+            return _after_chain(left, right)
+        tasks = left.unchain_tasks()
+        if not tasks:
+            return right
+        if isinstance(tasks[-1], chord):
+            tasks[-1].body = pipe(tasks[-1].body, right)
+            return chain.of(tasks, app=left.known_app)
+        return chain.of([*tasks, right], app=left.known_app)
+    if isinstance(right, chain):
+        return reduce(pipe, right.unchain_tasks(), left)
+    if left.tasks and isinstance(left.tasks[-1], group):
+        # a group followed by a task waits for the whole group: a chord
+        joined = left.clone()
+        assert isinstance(joined, chain)
+        joined.tasks[-1] = chord(joined.tasks[-1], right, app=left.known_app)
+        if len(joined.tasks) > 1 and isinstance(joined.tasks[-2], chord):
+            # two chords in a row: the second runs as part of the first one's body
+            joined.tasks[-2].body = pipe(joined.tasks[-2].body, joined.tasks[-1])
+            joined.tasks = joined.tasks[:-1]
+        return joined
+    if left.tasks and isinstance(left.tasks[-1], chord) and not isinstance(right, chord):
+        joined = left.clone()
+        assert isinstance(joined, chain)
+        joined.tasks[-1].body = pipe(joined.tasks[-1].body, right)
+        return joined
+    return chain.of([*left.unchain_tasks(), right], app=left.known_app)
+
+
+def _append(steps: list[Signature], task: Signature, copy: bool) -> Any:
+    """Add ``task`` to the chain being built in ``steps`` by the ``chain | task`` rules; returns
+    ``steps``, or what the chain turned into when it stopped being one."""
+    if is_empty_group(task):
+        return steps
+    if isinstance(task, group):
+        task = unroll(task)
+        if not isinstance(task, group):
+            return _append(steps, task, copy)
+        if not steps:
+            return task
+        if isinstance(steps[-1], chord):
+            steps[-1].body = pipe(steps[-1].body, task)
+            return steps
+        steps.append(task.clone() if copy else task)
+        return steps
+    if isinstance(task, chain):
+        inner = task.unchain_tasks()
+        for position, each in enumerate(inner):
+            result = _append(steps, each, copy or position != len(inner) - 1)
+            if result is not steps:
+                return reduce(pipe, inner[position + 1:], result)
+        return steps
+    if steps and isinstance(steps[-1], group):
+        steps[-1] = chord(steps[-1], task.clone() if copy else task)
+        return steps
+    if steps and isinstance(steps[-1], chord) and not isinstance(task, chord):
+        steps[-1].body = pipe(steps[-1].body, task)
+        return steps
+    steps.append(task.clone() if copy else task)
+    return steps
+
+
+def fold(tasks: Iterable[Signature]) -> Any:
+    """``chain(a, b, c)``: what ``chain() | a | b | c`` gives, in one pass (linear in the number
+    of tasks: ``|`` copies the chain at every step)."""
+    items = list(tasks)
+    steps: list[Signature] = []
+    for position, task in enumerate(items):
+        # as with ``|``, only the last signature goes in as it was given; the others are copies
+        result = _append(steps, task, position != len(items) - 1)
+        if result is not steps:
+            return reduce(pipe, items[position + 1:], result)
+    return chain.of([step.clone() for step in steps[:-1]] + steps[-1:])

@@ -14,30 +14,22 @@ onto the body, taking the body off nested headers, counting the results the body
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .kinds import from_dict, maybe_signature, register_type, signature
-from .signatures import Signature, _as_list, _new_id
+from ..results.requirements import require_chords
+from .groups import group
+from .interface import CanvasApp
+from .signatures import RUN_OPTIONS, Signature, as_list, maybe_signature, new_id, register_type, signature
 
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
-    from ..app.result import AsyncResult
-
-__all__ = ["chord", "chord_size", "is_chain_led_by_task", "strip_chord_header_links"]
+__all__ = ["chord", "strip_chord_header_links"]
 
 
-def _header_tasks(tasks: Any, app: App | None) -> Any:
+def _header_tasks(tasks: Any, app: CanvasApp | None) -> Any:
     """A chord's header as the list of its signatures (a group or chain given gives its tasks)."""
-    from .chains import chain
-    from .groups import group
-
     if isinstance(tasks, Mapping) and not isinstance(tasks, Signature):
         tasks = signature(tasks, app=app)
-    if isinstance(tasks, (group, chain)):
-        return tasks.tasks
     if isinstance(tasks, Signature):
-        return [tasks]
+        return tasks.members()
     return [signature(task, app=app) for task in tasks]
 
 
@@ -52,14 +44,14 @@ class chord(Signature):
 
     def __init__(self, header: Any, body: Any = None, task: str = "celery.chord",
                  args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-                 app: App | None = None, **options: Any) -> None:
+                 app: CanvasApp | None = None, **options: Any) -> None:
         members = dict(kwargs) if kwargs else {"kwargs": {}}
         members.update(header=_header_tasks(header, app), body=maybe_signature(body, app=app))
         options.setdefault("subtask_type", "chord")
         super().__init__(task, tuple(args or ()), members, app=app, **options)
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         rest = dict(data["kwargs"])
         header, body = rest.pop("header", None), rest.pop("body", None)
         return cls(header, body, task=data.get("task", "celery.chord"), args=data.get("args"), kwargs=rest,
@@ -83,9 +75,9 @@ class chord(Signature):
         self.kwargs["body"] = value
 
     @property
-    def app(self) -> App:
+    def app(self) -> CanvasApp:
         if self._app is None:
-            header = self.tasks.tasks if _is_group(self.tasks) else self.tasks
+            header = self.tasks.tasks if isinstance(self.tasks, group) else self.tasks
             for task in [*(header or ()), self.body]:
                 if isinstance(task, Signature):
                     try:
@@ -93,6 +85,10 @@ class chord(Signature):
                     except Exception:
                         continue
         return super().app
+
+    @app.setter
+    def app(self, value: CanvasApp) -> None:
+        self._app = value
 
     def clone(self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
               **options: Any) -> Signature:
@@ -115,7 +111,7 @@ class chord(Signature):
         """Link ``errback`` to the body (and, with the setting
         ``task_allow_error_cb_on_chord_header``, to every header task)."""
         errback = maybe_signature(errback)
-        header = self.tasks.tasks if _is_group(self.tasks) else self.tasks
+        header = self.tasks.tasks if isinstance(self.tasks, group) else self.tasks
         if self.app.settings.task_allow_error_cb_on_chord_header:
             for task in header or ():
                 task.link_error(errback.clone(immutable=True))
@@ -135,8 +131,6 @@ class chord(Signature):
                     task_id: str | None = None, **options: Any) -> Any:
         """Send the chord: ``args`` go to the header's tasks, ``countdown``/``eta`` delay the
         header, ``link``/``link_error`` are linked to the body; returns the body's result."""
-        from .groups import group
-
         given = tuple(args or ())
         header_args = given + tuple(self.args) if given and not self.immutable else tuple(self.args)
         call_kwargs = dict(kwargs or {})
@@ -148,10 +142,10 @@ class chord(Signature):
         body = body.clone(**_body_options(options))
         app = _app_of(self, body)
         tasks = self.tasks
-        if _is_group(tasks):
+        if isinstance(tasks, group):
             tasks = tasks.clone()
         else:
-            tasks = group(list(tasks), app=app, task_id=self.options.get("task_id") or _new_id())
+            tasks = group(list(tasks), app=app, task_id=self.options.get("task_id") or new_id())
         merged = dict(self.options, **options, **callbacks)
         for key in ("countdown", "eta"):
             merged.pop(key, None)
@@ -159,7 +153,7 @@ class chord(Signature):
         return self.run(tasks, body, header_args, task_id=task_id or option_task_id, kwargs=header_kwargs,
                         header_delay=delay, app=app, **merged)
 
-    def run(self, header: Any, body: Signature, partial_args: Iterable[Any], app: App | None = None,
+    def run(self, header: Any, body: Signature, partial_args: Iterable[Any], app: CanvasApp | None = None,
             interval: float | None = None, countdown: float = 1, max_retries: int | None = None,
             task_id: str | None = None, kwargs: Mapping[str, Any] | None = None,
             header_delay: Mapping[str, Any] | None = None, **options: Any) -> Any:
@@ -170,13 +164,9 @@ class chord(Signature):
         pause between two looks at the header (``result_chord_retry_interval`` when None), when
         the first look is, and how many looks at most (None: until it is complete).
         """
-        from ..app.groupresult import GroupResult
-        from .backends import require_chords
-        from .chains import chain, unroll_chords
-
         app = app or _app_of(self, body)
         joins = require_chords(app)
-        group_id = header.options.get("task_id") or _new_id()
+        group_id = header.options.get("task_id") or new_id()
         root_id = body.options.get("root_id")
         options = dict(self.options, **options)
         delay = dict(header_delay or {})
@@ -188,17 +178,16 @@ class chord(Signature):
             options.pop("task_id", None)
             body = _add_body_callbacks(body, options)
             body.options.update(_body_options(options))
-        if isinstance(body, chain):
-            unroll_chords(body)
-        body_result = body.freeze(task_id or _new_id(), group_id=group_id, root_id=root_id)
-        strip_chord_header_links(body)
+        body.unroll_chords()
+        body_result = body.freeze(task_id or new_id(), group_id=group_id, root_id=root_id)
+        body.strip_chord_header_links()
         # the header's tasks carry the body themselves; a chain's rest travels with the body
         for key in ("chain", "chord", "task_id"):
             options.pop(key, None)
         header.options["task_id"] = group_id
         _, header_results = header.freeze_tasks(group_id=group_id, chord=body, root_id=root_id)
         if header.tasks:
-            header_tuple = GroupResult(group_id, header_results, app=app).as_tuple()
+            header_tuple = app.GroupResult(group_id, header_results).as_tuple()
             if joins is not None:
                 joins.apply_chord(group_id, header_tuple)
             else:
@@ -208,23 +197,21 @@ class chord(Signature):
                                                **dict(options, **delay))
         else:
             body.delay([])  # nothing will finish to send it
-            header_result = GroupResult(group_id, header_results, app=app)
+            header_result = app.GroupResult(group_id, header_results)
         body_result.parent = header_result
         return body_result
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, chord: Signature | None = None,
                root_id: str | None = None, parent_id: str | None = None,
-               group_index: int | None = None) -> AsyncResult | GroupResult:
+               group_index: int | None = None) -> Any:
         """Give the header's tasks and the body their ids now; returns the body's result, the
         header's GroupResult at the root of its parents."""
-        from .groups import group
-
-        if not _is_group(self.tasks):
+        if not isinstance(self.tasks, group):
             self.tasks = group(self.tasks, app=self.app)
         header_result = self.tasks.freeze(parent_id=parent_id, root_id=root_id, chord=self.body)
         self.id = self.tasks.id
         if self.body is None:
-            return None  # type: ignore[return-value]  # a chord without a body has no result
+            return None  # a chord without a body has no result
         body_result = self.body.freeze(_id, root_id=root_id, chord=chord, group_id=group_id,
                                        group_index=group_index)
         node: Any = body_result
@@ -237,14 +224,12 @@ class chord(Signature):
                 node.parent = header_result
                 break
             node = node.parent
-        return body_result  # type: ignore[no-any-return]
+        return body_result
 
     def unroll_body(self) -> list[Signature]:
         """This chord followed by the rest of its body, a chain led by a task:
         ``chord(h, a | b | c)`` gives ``[chord(h, a), b, c]`` (every header task carries a copy
         of the body, which should not hold the rest of the chain)."""
-        from .chains import RUN_OPTIONS
-
         task = self.clone()
         assert isinstance(task, chord)
         body_tasks = task.body.unchain_tasks()
@@ -252,11 +237,38 @@ class chord(Signature):
         task.body = body_tasks[0].clone(**first_options)
         return [task, *body_tasks[1:]]
 
+    # -- what a workflow holding the chord asks of it --------------------------------------------
+
+    def chord_size(self) -> int:
+        body = self.body
+        if not isinstance(body, Signature) and isinstance(body, Mapping):
+            body = maybe_signature(body)
+        return body.chord_size() if isinstance(body, Signature) else len(body)
+
+    def clear_chord_option(self) -> None:
+        super().clear_chord_option()
+        if self.body is not None:
+            self.body.clear_chord_option()
+
+    def strip_chord_header_links(self) -> None:
+        header = self.tasks
+        for task in header if isinstance(header, list) else [header]:  # a list until frozen
+            task.clear_chord_option()
+            task.strip_chord_header_links()
+        if self.body is not None:
+            self.body.strip_chord_header_links()
+
     def __repr__(self) -> str:
         return f"chord({self.tasks!r}, {self.body!r})" if self.body is not None else f"chord({self.tasks!r})"
 
 
-def _send_chord_unlock(app: App, group_id: str, body: Signature, header: Any, *, interval: float | None,
+def strip_chord_header_links(sig: Any) -> None:
+    """:meth:`Signature.strip_chord_header_links` of a signature, or of each of a list of them."""
+    for task in sig if isinstance(sig, list) else [sig]:
+        task.strip_chord_header_links()
+
+
+def _send_chord_unlock(app: CanvasApp, group_id: str, body: Signature, header: Any, *, interval: float | None,
                        countdown: float, max_retries: int | None) -> None:
     """Send ``celery.chord_unlock`` as Celery's client does for a backend that does not join
     chords: routed as the body, with its priority, to look at the header after ``countdown``."""
@@ -269,16 +281,10 @@ def _send_chord_unlock(app: App, group_id: str, body: Signature, header: Any, *,
                   route_name=None if queue else body.task)
 
 
-def _is_group(sig: Any) -> bool:
-    from .groups import group
-
-    return isinstance(sig, group)
-
-
-def _app_of(sig: chord, body: Any) -> App:
-    if sig._app is not None:
-        return sig._app
-    header = sig.tasks.tasks if _is_group(sig.tasks) else sig.tasks
+def _app_of(sig: chord, body: Any) -> CanvasApp:
+    if sig.known_app is not None:
+        return sig.known_app
+    header = sig.tasks.tasks if isinstance(sig.tasks, group) else sig.tasks
     for task in [*(header or ()), body]:
         if isinstance(task, Signature):
             try:
@@ -296,8 +302,6 @@ def _body_options(options: Mapping[str, Any]) -> dict[str, Any]:
 def _clone_with_members(sig: Any) -> Any:
     """A copy of ``sig`` and of the signatures ``link()`` would change in it (a group's tasks,
     a chord's body), which a plain clone shares."""
-    from .groups import group
-
     sig = maybe_signature(sig, clone=True)
     if isinstance(sig, group):
         sig.tasks = [_clone_with_members(task) for task in sig.tasks]
@@ -307,8 +311,6 @@ def _clone_with_members(sig: Any) -> Any:
 
 
 def _link_error_to_body_tasks(sig: Any, errback: Signature, runs_as_group: bool = True) -> None:
-    from .groups import group
-
     if isinstance(sig, group):
         if runs_as_group and sig.options.get("link_error") is not None:
             sig.append_to_list_option("link_error", errback.clone())
@@ -325,90 +327,19 @@ def _add_body_callbacks(body: Any, options: dict[str, Any]) -> Any:
     """Move ``link`` and ``link_error`` from ``options`` onto the body (a copy when there are
     any): callbacks as ``body.link`` does, errbacks to each task of a group body, else to the
     body's own ``link_error``."""
-    from .groups import group
-
-    callbacks = _as_list(options.pop("link", None)) or []
-    errbacks = _as_list(options.pop("link_error", None)) or []
+    callbacks = as_list(options.pop("link", None)) or []
+    errbacks = as_list(options.pop("link_error", None)) or []
     if callbacks or errbacks:
         body = _clone_with_members(body)
     for callback in callbacks:
-        callback = _clone_with_members(maybe_signature(callback, app=body._app))
+        callback = _clone_with_members(maybe_signature(callback, app=body.known_app))
         if isinstance(body, group) and not body.tasks:
             body.append_to_list_option("link", callback)
         else:
             body.link(callback)
     for errback in errbacks:
         if isinstance(body, group):
-            _link_error_to_body_tasks(body, maybe_signature(errback, app=body._app))
+            _link_error_to_body_tasks(body, maybe_signature(errback, app=body.known_app))
         else:
             body.append_to_list_option("link_error", errback)
     return body
-
-
-def is_chain_led_by_task(body: Any) -> bool:
-    """A chain whose first step is not a group (a group would run the rest once per member)."""
-    from .chains import chain
-    from .groups import group
-
-    return isinstance(body, chain) and bool(body.tasks) and not isinstance(body.tasks[0], group)
-
-
-def _clear_chord_option(sig: Any) -> None:
-    from .chains import chain
-    from .groups import group
-
-    if isinstance(sig, list):  # a header not frozen yet
-        for task in sig:
-            _clear_chord_option(task)
-        return
-    sig.options.pop("chord", None)
-    if isinstance(sig, group):
-        for task in sig.tasks:
-            _clear_chord_option(task)
-    elif isinstance(sig, chain) and sig.tasks:
-        _clear_chord_option(sig.tasks[-1])
-    elif isinstance(sig, chord) and sig.body is not None:
-        _clear_chord_option(sig.body)
-
-
-def strip_chord_header_links(sig: Any) -> None:
-    """Take the body off the header tasks of the chords in ``sig`` (a copy being sent): a chord
-    carries its body already and puts it back on its header tasks when it sends them, so the
-    message holds it once instead of once per header task."""
-    from .chains import chain
-    from .groups import group
-
-    if isinstance(sig, chord):
-        _clear_chord_option(sig.tasks)
-        strip_chord_header_links(sig.tasks)
-        if sig.body is not None:
-            strip_chord_header_links(sig.body)
-    elif isinstance(sig, (group, chain)):
-        for task in sig.tasks:
-            strip_chord_header_links(task)
-    elif isinstance(sig, list):
-        for task in sig:
-            strip_chord_header_links(task)
-
-
-def chord_size(sig: Any) -> int:
-    """How many results of ``sig`` a chord it is part of waits for: one per task, a group's
-    tasks, a chain's last non-empty step, a chord's body."""
-    from .chains import chain
-    from .groups import group
-
-    if not isinstance(sig, Signature) and isinstance(sig, Mapping):
-        sig = from_dict(sig)
-    if isinstance(sig, group):
-        return sum(chord_size(task) for task in sig.tasks)
-    if isinstance(sig, chain):
-        for step in reversed(sig.tasks):
-            size = chord_size(step)
-            if size > 0:
-                return size
-        return 0
-    if isinstance(sig, chord):
-        return chord_size(sig.body)
-    if isinstance(sig, Signature):
-        return 1
-    return len(sig)

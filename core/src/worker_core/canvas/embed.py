@@ -16,23 +16,21 @@ task), and keeps the task id its client gave it in advance.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from ..exceptions import CanvasError
 from ..protocol.message import safe_repr
-from .kinds import from_dict
-from .signatures import Signature
-
-if TYPE_CHECKING:
-    from ..app.base import App
+from .groups import group
+from .interface import CanvasApp
+from .signatures import Signature, from_dict
 
 __all__ = ["Embed", "apply_to_result", "read_signature", "read_signatures", "send_callbacks", "send_errbacks",
            "send_next_step"]
 
 
-def read_signatures(app: App, name: str, value: Any) -> tuple[Signature, ...]:
+def read_signatures(app: CanvasApp, name: str, value: Any) -> tuple[Signature, ...]:
     """The signatures of the embed's part ``name`` (a list of their dicts, or null), sending
     with ``app``.
 
@@ -46,7 +44,7 @@ def read_signatures(app: App, name: str, value: Any) -> tuple[Signature, ...]:
     return tuple(read_signature(app, name, item) for item in value)
 
 
-def read_signature(app: App, name: str, value: Any) -> Signature:
+def read_signature(app: CanvasApp, name: str, value: Any) -> Signature:
     """One signature of the embed's part ``name`` (its dict), sending with ``app``.
 
     :raise CanvasError: it is not a signature this worker can send (not Celery's layout, an
@@ -56,7 +54,7 @@ def read_signature(app: App, name: str, value: Any) -> Signature:
         sig = from_dict(value, app=app)
     except CanvasError as exc:
         raise CanvasError(f"the embed's {name!r} holds a malformed signature: {exc}") from None
-    sig._app = app
+    sig.app = app
     return sig
 
 
@@ -74,7 +72,7 @@ class Embed:
     chord: Signature | None = None
 
     @classmethod
-    def parse(cls, embed: Mapping[str, Any] | None, app: App) -> Embed:
+    def parse(cls, embed: Mapping[str, Any] | None, app: CanvasApp) -> Embed:
         """Read a message's embed (None or missing keys: nothing to do).
 
         :raise CanvasError: a part is not what Celery puts there, named with what was received.
@@ -111,25 +109,23 @@ class Embed:
         return self.chord
 
 
-def apply_to_result(app: App, sig: Mapping[str, Any], value: Any, *, parent_id: str | None,
+def apply_to_result(app: CanvasApp, sig: Mapping[str, Any], value: Any, *, parent_id: str | None,
                     root_id: str | None, chain: Sequence[Any] | None = None,
                     priority: int | None = None) -> Any:
     """Send ``sig`` (a signature or its dict from a message) with ``value`` put before its own
     arguments (unless immutable), as the child of task ``parent_id`` in workflow ``root_id``;
     ``chain`` is the rest of a chain it carries on. Returns its result handle."""
     target = sig if isinstance(sig, Signature) else read_signature(app, "signature", sig)
-    if target._app is None:
-        target._app = app
+    if target.known_app is None:
+        target.app = app
     return target.apply_async((value,), parent_id=parent_id, root_id=root_id, priority=priority,
                               chain=None if chain is None else list(chain))
 
 
-def send_callbacks(app: App, callbacks: Sequence[Signature], value: Any, *, parent_id: str | None,
+def send_callbacks(app: CanvasApp, callbacks: Sequence[Signature], value: Any, *, parent_id: str | None,
                    root_id: str | None, priority: int | None = None) -> list[Any]:
     """Send a succeeded task's callbacks with its return value: one on its own; several as one
     group, except callbacks that are groups, each sent on its own. Returns their results."""
-    from .groups import group
-
     if not callbacks:
         return []
     if len(callbacks) == 1:
@@ -145,7 +141,7 @@ def send_callbacks(app: App, callbacks: Sequence[Signature], value: Any, *, pare
     return sent
 
 
-def send_next_step(app: App, embed: Embed, value: Any, *, parent_id: str | None, root_id: str | None,
+def send_next_step(app: CanvasApp, embed: Embed, value: Any, *, parent_id: str | None, root_id: str | None,
                    priority: int | None = None) -> Any:
     """Send the chain's next step with the return value, carrying the rest of the chain; None
     when the chain is done."""
@@ -156,12 +152,10 @@ def send_next_step(app: App, embed: Embed, value: Any, *, parent_id: str | None,
                            priority=priority)
 
 
-def send_errbacks(app: App, errbacks: Sequence[Signature], task_id: str, *,
+def send_errbacks(app: CanvasApp, errbacks: Sequence[Signature], task_id: str, *,
                   root_id: str | None = None) -> Any:
     """Send errbacks of a failed task as one group, each given the task's id (Celery's errbacks
     of one argument); returns the group's result, None when there are none."""
-    from .groups import group
-
     if not errbacks:
         return None
     return group(list(errbacks), app=app).apply_async((task_id,), parent_id=task_id,

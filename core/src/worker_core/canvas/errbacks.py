@@ -9,21 +9,19 @@ import functools
 import inspect
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .kinds import maybe_signature
-from .signatures import Signature
-
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.context import TaskContext
+from ..app.context import TaskContext
+from .groups import group
+from .interface import CanvasApp
+from .signatures import Signature, maybe_signature
 
 __all__ = ["call_errbacks", "takes_request"]
 
 logger = logging.getLogger("worker.canvas")
 
 
-def takes_request(app: App, errback: Signature) -> bool:
+def takes_request(app: CanvasApp, errback: Signature) -> bool:
     """Whether ``errback`` is called here with ``(request, exc, traceback)``: its task is
     registered in ``app``, is not bound (Celery sends bound errbacks as tasks, so they can
     retry), and its function takes more than one argument once the errback's own arguments are
@@ -45,7 +43,7 @@ def takes_request(app: App, errback: Signature) -> bool:
     return bool(spec.varargs) or len(spec.args) > 1
 
 
-def call_errbacks(app: App, errbacks: Iterable[Any], request: TaskContext, exc: BaseException,
+def call_errbacks(app: CanvasApp, errbacks: Iterable[Any], request: TaskContext, exc: BaseException,
                   traceback: str | None) -> None:
     """Call or send the errbacks of the failed task ``request`` (its id, root id and errbacks
     are read from it). An errback called here that raises is logged; one sent carries the
@@ -62,7 +60,5 @@ def call_errbacks(app: App, errbacks: Iterable[Any], request: TaskContext, exc: 
         else:
             sent.append(errback)
     if sent:
-        from .groups import group
-
         task_id = request.id
         group(sent, app=app).apply_async((task_id,), parent_id=task_id, root_id=request.root_id or task_id)

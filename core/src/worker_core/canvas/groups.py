@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .kinds import from_dict, maybe_signature, register_type
-from .signatures import IMMUTABLE_OPTIONS, Signature, _new_id
-
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
+from ..app.context import add_child
+from ..app.groupresult import GroupResult
+from ..results.requirements import require_chords
+from .interface import CanvasApp
+from .signatures import IMMUTABLE_OPTIONS, Signature, from_dict, maybe_signature, new_id, register_type
 
 __all__ = ["group"]
 
@@ -44,7 +43,7 @@ class group(Signature):
         super().__init__("celery.group", (), {"tasks": members}, subtask_type="group", **options)
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         tasks = data["kwargs"]["tasks"]
         rebuilt = type(tasks)(maybe_signature(task, app=app) for task in tasks)
         return cls(rebuilt, app=app, **data["options"])
@@ -58,12 +57,16 @@ class group(Signature):
         self.kwargs["tasks"] = value
 
     @property
-    def app(self) -> App:
+    def app(self) -> CanvasApp:
         if self._app is None:
             for task in self.tasks:
-                if isinstance(task, Signature) and task._app is not None:
-                    return task._app
+                if isinstance(task, Signature) and task.known_app is not None:
+                    return task.known_app
         return super().app
+
+    @app.setter
+    def app(self, value: CanvasApp) -> None:
+        self._app = value
 
     def set_immutable(self, immutable: bool) -> None:
         for task in self.tasks:
@@ -96,10 +99,8 @@ class group(Signature):
 
     def apply_async(self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
                     add_to_parent: bool = True, link: Any = None, link_error: Any = None,
-                    **options: Any) -> GroupResult:
+                    **options: Any) -> Any:
         """Send every task (``args`` before each one's own) and return their GroupResult."""
-        from ..app.groupresult import GroupResult
-
         if link is not None:
             raise TypeError("cannot link a callback to a group: use a chord, group(...) | callback")
         if link_error is not None:
@@ -107,13 +108,11 @@ class group(Signature):
                             "group.link_error(errback)")
         if not self.tasks:
             return self.freeze()
-        from ..app.context import add_child
-
         app = self.app
         options, group_id, root_id = self._freeze_gid(options)
         prepared = list(self._prepared(self.tasks, (), group_id, root_id, app))
         results = list(_send_all(app, prepared, args=args, kwargs=kwargs, **options))
-        result = GroupResult(group_id, results, app=app)
+        result = app.GroupResult(group_id, results)
         if len(result) == 1 and isinstance(result[0], GroupResult):
             # group(a | group(b, c)): the inner group is the result
             result = result[0]
@@ -126,20 +125,18 @@ class group(Signature):
         group's fixed ones) and the group's id: its ``task_id`` option, else a new one."""
         merged = {**self.options, **{key: value for key, value in options.items()
                                      if key not in IMMUTABLE_OPTIONS or key not in self.options}}
-        merged["group_id"] = group_id = merged.pop("task_id", None) or _new_id()
+        merged["group_id"] = group_id = merged.pop("task_id", None) or new_id()
         return merged, group_id, merged.get("root_id")
 
     def _prepared(self, tasks: Iterable[Any], partial_args: Iterable[Any], group_id: str,
-                  root_id: str | None, app: App) -> Iterator[tuple[Signature, Any, str]]:
+                  root_id: str | None, app: CanvasApp) -> Iterator[tuple[Signature, Any, str]]:
         """Copies of the tasks frozen as members of this group (nested groups unrolled, empty
         chains dropped), each with its result handle."""
-        from .chains import chain
-
         for index, task in enumerate(tasks):
             task = task.clone() if isinstance(task, Signature) else from_dict(task, app=app)
             if isinstance(task, group):
                 yield from task._prepared(task.tasks, partial_args, group_id, root_id, app)
-            elif isinstance(task, chain) and not task.tasks:
+            elif task.runs_nothing():
                 continue
             else:
                 if partial_args and not task.immutable:
@@ -148,12 +145,10 @@ class group(Signature):
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, chord: Signature | None = None,
                root_id: str | None = None, parent_id: str | None = None,
-               group_index: int | None = None) -> GroupResult:
+               group_index: int | None = None) -> Any:
         """Give the group and every task their ids now; returns the GroupResult to be."""
-        from ..app.groupresult import GroupResult
-
         group_id, results = self.freeze_tasks(_id, group_id, chord, root_id, parent_id, group_index)
-        return GroupResult(group_id, results, app=self.app)
+        return self.app.GroupResult(group_id, results)
 
     def freeze_tasks(self, _id: str | None = None, group_id: str | None = None,
                      chord: Signature | None = None, root_id: str | None = None, parent_id: str | None = None,
@@ -163,7 +158,7 @@ class group(Signature):
         opts = self.options
         gid = opts.get("task_id") or None
         if gid is None:
-            gid = opts["task_id"] = _new_id()
+            gid = opts["task_id"] = new_id()
         if group_id:
             opts["group_id"] = group_id
         if chord:
@@ -172,8 +167,6 @@ class group(Signature):
             opts["group_index"] = group_index
         root_id = opts.setdefault("root_id", root_id)
         parent_id = opts.setdefault("parent_id", parent_id)
-        from .chains import chain
-
         flat: list[Signature] = []
         results: list[Any] = []
         pending: deque[Any] = deque(self.tasks)
@@ -181,7 +174,7 @@ class group(Signature):
             task = maybe_signature(pending.popleft(), app=self._app).clone()
             if isinstance(task, group):
                 pending.extendleft(task.tasks)
-            elif isinstance(task, chain) and not task.tasks:
+            elif task.runs_nothing():
                 continue
             else:
                 flat.append(task)
@@ -193,23 +186,45 @@ class group(Signature):
             self.tasks = flat
         return gid, results
 
+    # -- what a workflow holding the group asks of it --------------------------------------------
+
+    def chord_size(self) -> int:
+        return sum(_size(task) for task in self.tasks)
+
+    def clear_chord_option(self) -> None:
+        super().clear_chord_option()
+        for task in self.tasks:
+            task.clear_chord_option()
+
+    def strip_chord_header_links(self) -> None:
+        for task in self.tasks:
+            task.strip_chord_header_links()
+
+    def members(self) -> list[Any]:
+        tasks: list[Any] = self.tasks
+        return tasks
+
     def __repr__(self) -> str:
         return f"group({list(self.tasks)!r})" if self.tasks else "group(<empty>)"
 
 
-def _send_all(app: App, prepared: list[tuple[Signature, Any, str]], chord: Signature | None = None,
+def _size(sig: Any) -> int:
+    """:meth:`Signature.chord_size` of a signature or of its dict (a plain sequence: its length)."""
+    if not isinstance(sig, Signature) and isinstance(sig, Mapping):
+        sig = from_dict(sig)
+    return sig.chord_size() if isinstance(sig, Signature) else len(sig)
+
+
+def _send_all(app: CanvasApp, prepared: list[tuple[Signature, Any, str]], chord: Signature | None = None,
               args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
               group_index: int | None = None, add_to_parent: bool | None = None,
               **options: Any) -> Iterator[Any]:
     """Send the prepared tasks of a group; a chord's header records the chord's size in the
     result backend just before its last task goes."""
-    from .backends import require_chords
-    from .chords import chord_size
-
     size = 0
     for position, (sig, result, group_id) in enumerate(prepared):
         body = chord if chord is not None else sig.options.get("chord")
-        size += chord_size(sig)
+        size += sig.chord_size()
         if body is not None and position == len(prepared) - 1:
             joins = require_chords(app)
             if joins is not None:  # else celery.chord_unlock polls the header

@@ -12,35 +12,37 @@ with any other, the client sent ``celery.chord_unlock``, which joins by polling
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
 
+from ..app.context import TaskContext
+from ..app.groupresult import GroupResult
 from ..exceptions import ChordError
+from ..protocol import safe_repr
 from ..results.meta import EXCEPTION_STATES, FAILURE, PROPAGATE_STATES, decode_exception, encode_exception
 from ..results.outcome import Outcome, store_outcome
 from ..slots import JoinsChords, SavesGroups
-from .kinds import maybe_signature
-from .signatures import Signature, _as_list, _new_id
+from .errbacks import call_errbacks
+from .groups import group
+from .interface import CanvasApp
+from .signatures import Signature, as_list, maybe_signature, new_id
 
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
-
-__all__ = ["chord_error_from_stack", "claim_seconds", "count_chord_part", "fail_task", "failed_culprit",
-           "send_chord_body"]
+__all__ = ["chord_error_from_stack", "claim_seconds", "count_chord_part", "fail_chain", "fail_task",
+           "failed_culprit", "send_chord_body"]
 
 logger = logging.getLogger("worker.canvas")
 
 
-def claim_seconds(app: App) -> float:
+def claim_seconds(app: CanvasApp) -> float:
     """How long a completed chord's claim lasts: the join (``result_chord_join_timeout``, twice,
     at least 5 s, as Celery's) and publishing the body with its retries."""
     settings = app.settings
     return max(5.0, 2 * settings.result_chord_join_timeout) + 4 * settings.broker_connection_timeout + 1
 
 
-def count_chord_part(app: App, body: Any, group_id: str, task_id: str, group_index: int | None, state: str,
-                     result: Any) -> None:
+def count_chord_part(app: CanvasApp, body: Any, group_id: str, task_id: str, group_index: int | None,
+                     state: str, result: Any) -> None:
     """Count the result of header task ``task_id`` (``result`` encoded as stored) for the chord
     of header ``group_id`` whose body is ``body``; the count that completes it sends the body.
     Nothing to do for a backend that does not count (``celery.chord_unlock`` joins there)."""
@@ -89,16 +91,15 @@ def _counts_chords(backend: object) -> bool:
     return counts
 
 
-def _joined(app: App, backend: JoinsChords, group_id: str) -> list[Any]:
+def _joined(app: CanvasApp, backend: JoinsChords, group_id: str) -> list[Any]:
     """The header's results in order, from the saved header when it holds groups (its shape is
     the body's argument), else from the parts counted; a failed part raises ChordError."""
     saved = None
     if isinstance(backend, SavesGroups):
-        from ..app.groupresult import GroupResult
-
-        saved = GroupResult.restore(group_id, app=app)
+        saved = app.GroupResult.restore(group_id)
     if saved is not None:
-        return saved.join(timeout=app.settings.result_chord_join_timeout, propagate=True)
+        joined: list[Any] = saved.join(timeout=app.settings.result_chord_join_timeout, propagate=True)
+        return joined
     values = []
     for task_id, state, result in backend.chord_parts(group_id):
         value = result
@@ -117,7 +118,7 @@ def _caused(message: str, cause: Any) -> ChordError:
     return error
 
 
-def send_chord_body(app: App, body: Signature, values: list[Any], group_id: str) -> None:
+def send_chord_body(app: CanvasApp, body: Signature, values: list[Any], group_id: str) -> None:
     """Send the body with the header's ``values``; a body that cannot be sent is failed with
     ``ChordError("Callback error: ...")`` and its errbacks called."""
     try:
@@ -127,38 +128,33 @@ def send_chord_body(app: App, body: Signature, values: list[Any], group_id: str)
         chord_error_from_stack(app, body, _caused(f"Callback error: {exc!r}", exc))
 
 
-def chord_error_from_stack(app: App, body: Any, exc: BaseException) -> None:
+def chord_error_from_stack(app: CanvasApp, body: Any, exc: BaseException) -> None:
     """Fail a chord's body with ``exc`` (a ChordError): its result is FAILURE and its errbacks
     are called with it; for a body that is a group, each of its tasks; the chain after the body
     fails too, and a chord the body is part of counts it as failed."""
-    from .groups import group
-
     body = maybe_signature(body, app=app)
     cause = exc.__cause__ if isinstance(exc, ChordError) and exc.__cause__ is not None else exc
     if isinstance(body, group):
-        group_errbacks = _as_list(body.options.get("link_error")) or []
+        group_errbacks = as_list(body.options.get("link_error")) or []
         for task in body.tasks:
             task = maybe_signature(task, app=app)
-            errbacks = [*(_as_list(task.options.get("link_error")) or []), *group_errbacks]
-            task_id = task.id or _new_id()
+            errbacks = [*(as_list(task.options.get("link_error")) or []), *group_errbacks]
+            task_id = task.id or new_id()
             fail_task(app, task, task_id, cause, errbacks)
         if body.id:
             _store_failure(app, str(body.id), cause, None, {})
         _fail_steps(app, body.options.get("chain"), exc)
         return
     if not body.id:
-        body.id = _new_id()
-    fail_task(app, body, str(body.id), exc, _as_list(body.options.get("link_error")) or [])
+        body.id = new_id()
+    fail_task(app, body, str(body.id), exc, as_list(body.options.get("link_error")) or [])
     _fail_steps(app, body.options.get("chain"), exc)
 
 
-def fail_task(app: App, sig: Signature, task_id: str, exc: BaseException, errbacks: list[Any],
+def fail_task(app: CanvasApp, sig: Signature, task_id: str, exc: BaseException, errbacks: list[Any],
               traceback: str | None = None) -> None:
     """Store FAILURE for the task ``sig`` would have run as ``task_id``, call its errbacks, and
     count it for the chord it is part of (so that one does not wait for ever)."""
-    from ..app.context import TaskContext
-    from .errbacks import call_errbacks
-
     options = sig.options
     request = TaskContext(task_id, sig.task, list(sig.args), dict(sig.kwargs), root_id=options.get("root_id"),
                           parent_id=options.get("parent_id"), group=options.get("group_id"),
@@ -176,7 +172,7 @@ def fail_task(app: App, sig: Signature, task_id: str, exc: BaseException, errbac
                              encode_exception(exc))
 
 
-def _store_failure(app: App, task_id: str, exc: BaseException, traceback: str | None,
+def _store_failure(app: CanvasApp, task_id: str, exc: BaseException, traceback: str | None,
                    request: Mapping[str, Any]) -> None:
     try:
         store_outcome(app.backend, Outcome(FAILURE, exception=exc, traceback=traceback, task_id=task_id,
@@ -185,11 +181,52 @@ def _store_failure(app: App, task_id: str, exc: BaseException, traceback: str | 
         logger.exception("could not store the failure of task %s", task_id)
 
 
-def _fail_steps(app: App, chain: Any, exc: BaseException) -> None:
-    from .after import fail_chain
-
+def _fail_steps(app: CanvasApp, chain: Any, exc: BaseException) -> None:
     if chain:
         fail_chain(app, chain, exc, None)
+
+
+def fail_chain(app: CanvasApp, chain: Sequence[Any], exc: BaseException, traceback: str | None) -> None:
+    """Store FAILURE with ``exc`` under the task id of every remaining step of a chain (as the
+    message carries it), so a client waiting on the chain's result gets the error; a step in a
+    chord counts for it, and a chord's body is failed too (its result is the chord's)."""
+    backend = app.backend
+    encoded = encode_exception(exc)
+    pending: deque[Any] = deque(chain)
+    while pending:
+        step = pending.popleft()
+        if not isinstance(step, Mapping):
+            logger.error("A step after a failed task is not a signature and cannot be failed: %s",
+                         safe_repr(step, 300))
+            continue
+        options = step.get("options") or {}
+        task_id = options.get("task_id")
+        in_chord = options.get("chord") is not None and options.get("group_id")
+        already_failed = False
+        if in_chord and task_id:
+            try:
+                already_failed = backend.get_task_meta(task_id).get("status") in PROPAGATE_STATES
+            except Exception:
+                already_failed = False
+        if task_id:
+            # with the step's own reply_to: a backend replying to the sender (rpc://) sends the
+            # failure to the client waiting on that step, as Celery's does
+            request = {"task": step.get("task"), "id": task_id, "args": step.get("args"),
+                       "kwargs": step.get("kwargs"), "group": options.get("group_id"),
+                       "parent_id": options.get("parent_id"), "reply_to": options.get("reply_to"),
+                       "correlation_id": task_id}
+            try:
+                store_outcome(backend, Outcome(FAILURE, exception=exc, traceback=traceback, task_id=task_id,
+                                               request=request))
+            except Exception:
+                logger.exception("could not store the failure of task %s after a failed step", task_id)
+        if in_chord and task_id and not already_failed:
+            count_chord_part(app, options["chord"], options["group_id"], task_id, options.get("group_index"),
+                             FAILURE, encoded)
+        if step.get("subtask_type") == "chord":
+            body = (step.get("kwargs") or {}).get("body")
+            if body is not None:
+                pending.append(body)
 
 
 # -- joining by polling (celery.chord_unlock) --------------------------------------------------
@@ -197,8 +234,6 @@ def _fail_steps(app: App, chain: Any, exc: BaseException) -> None:
 
 def failed_culprit(results: GroupResult) -> Iterator[Any]:
     """The results of ``results`` that failed, depth first (groups within it searched too)."""
-    from ..app.groupresult import GroupResult
-
     for result in results.results:
         if isinstance(result, GroupResult):
             yield from failed_culprit(result)

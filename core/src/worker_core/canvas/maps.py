@@ -10,16 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ..protocol.message import safe_repr_as_built
-from .kinds import register_type
-from .signatures import Signature
-
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
-    from .groups import group as Group
+from .groups import group as Group
+from .interface import CanvasApp
+from .signatures import Signature, register_type
 
 __all__ = ["chunks", "xmap", "xstarmap"]
 
@@ -43,7 +39,7 @@ class _Map(Signature):
         super().__init__(self.builtin, (), {"task": task, "it": _listed(it)}, immutable=True, **options)
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         kwargs = data["kwargs"]
         return cls(kwargs["task"], kwargs["it"], app=app, **data["options"])
 
@@ -98,7 +94,7 @@ class chunks(Signature):
                          **options)
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         kwargs = data["kwargs"]
         return cls(kwargs["task"], kwargs["it"], kwargs["n"], app=app, **data["options"])
 
@@ -106,13 +102,11 @@ class chunks(Signature):
         return self.apply_async(**options)
 
     def apply_async(self, args: Iterable[Any] | None = None, kwargs: Mapping[str, Any] | None = None,
-                    **options: Any) -> GroupResult:
+                    **options: Any) -> Any:
         return self.group().apply_async(args, kwargs, route_name=_task_name(self.kwargs.get("task")),
                                         **options)
 
     def group(self) -> Group:
         """The group of ``celery.starmap`` tasks this sends."""
-        from .groups import group
-
         task, it, n = self.kwargs["task"], self.kwargs["it"], self.kwargs["n"]
-        return group([xstarmap(task, part, app=self._app) for part in _parts(it, n)], app=self._app)
+        return Group([xstarmap(task, part, app=self._app) for part in _parts(it, n)], app=self._app)

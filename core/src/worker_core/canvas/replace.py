@@ -4,16 +4,14 @@ another signature, or adds a task to the chord it is part of."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from ..exceptions import ConfigurationError, Ignore
+from ..results.requirements import require_chords
 from .chains import chain
 from .groups import group
-from .kinds import maybe_signature, signature
-from .signatures import Signature, _as_list
-
-if TYPE_CHECKING:
-    from ..app.task import Task
+from .interface import RunningTask as Task
+from .signatures import Signature, as_list, maybe_signature, signature
 
 __all__ = ["add_to_chord", "replace"]
 
@@ -55,14 +53,14 @@ def replace(task: Task, sig: Any) -> NoReturn:
             tasks = list(sig.tasks)
             tasks[-1] = tasks[-1] | accumulate.s(index=0)
             sig.tasks = tasks
-    for callback in _as_list(request.callbacks) or []:
+    for callback in as_list(request.callbacks) or []:
         sig.link(maybe_signature(callback, app=app))
-    for errback in _as_list(request.errbacks) or []:
+    for errback in as_list(request.errbacks) or []:
         sig.link_error(maybe_signature(errback, app=app))
     if isinstance(sig, chain) and "link" in sig.options:
         # the callbacks run after the chain's last task, once
         last = sig.tasks[-1]
-        last.options.setdefault("link", []).extend(_as_list(sig.options.pop("link")) or [])
+        last.options.setdefault("link", []).extend(as_list(sig.options.pop("link")) or [])
     sig.freeze(request.id)
     nesting = request.replaced_task_nesting + 1
     sig.set(chord=request.chord, group_id=request.group, group_index=request.group_index,
@@ -85,8 +83,6 @@ def add_to_chord(task: Task, sig: Any, lazy: bool = False) -> Any:
 
     :raise ValueError: the task is not part of a chord.
     """
-    from .backends import require_chords
-
     request = _running(task, "add_to_chord")
     if not request.chord:
         raise ValueError("Current task is not member of any chord")

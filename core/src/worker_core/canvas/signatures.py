@@ -1,34 +1,46 @@
 """``Signature``: one task call as data, the dict Celery puts in a message (``task``, ``args``,
 ``kwargs``, ``options``, ``subtask_type``, ``immutable``); the kinds built of others (chain,
-group, chord, ...) are its subclasses, rebuilt from their dicts by :mod:`.kinds`.
+group, chord, ...) are its subclasses, registered by the name of their kind and rebuilt from
+their dicts by :func:`from_dict`.
 
 A signature is a ``dict``, so it serializes to exactly what Celery sends; what it knows besides
-(its app and task object) lives in attributes, never in the dict.
+(its app and task object) lives in attributes, never in the dict. It sends with any app that is
+a :class:`~.interface.CanvasApp`.
 
 One module: the class is Celery's whole signature API (its keys as attributes, building,
-freezing, callbacks, sending), which every kind inherits.
+freezing, callbacks, sending), which every kind inherits, with the registry of the kinds.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Mapping, MutableSequence, Sequence
-from typing import TYPE_CHECKING, Any
+import uuid
+from collections.abc import Callable, Iterable, Mapping, MutableSequence, Sequence
+from typing import Any, TypeVar
 
 from ..exceptions import CanvasError, ConfigurationError
 from ..protocol.message import safe_repr_as_built
+from .interface import CanvasApp, CanvasTask
 
-if TYPE_CHECKING:
-    from ..app.base import App
-    from ..app.groupresult import GroupResult
-    from ..app.result import AsyncResult
-    from ..app.task import Task
-
-__all__ = ["IMMUTABLE_OPTIONS", "Signature"]
+__all__ = ["IMMUTABLE_OPTIONS", "RUN_OPTIONS", "Signature", "as_list", "from_dict", "kind", "maybe_signature",
+           "new_id", "register_type", "signature"]
 
 #: Options a merge never replaces once a signature has them (Celery's ``_IMMUTABLE_OPTIONS``):
 #: the group a task belongs to decides which chord counts it.
 IMMUTABLE_OPTIONS = frozenset({"group_id", "stamped_headers"})
+
+#: Options of a chain that sending it uses itself instead of passing them to its first task.
+RUN_OPTIONS = frozenset({"chord", "group_id", "group_index", "link", "link_error", "parent_id", "root_id",
+                         "task_id"})
+
+#: What the kwargs of each kind of signature hold, for error messages.
+_LAYOUTS = {"chain": "'tasks', a list of signatures", "group": "'tasks', a list of signatures",
+            "chord": "'header', a list of signatures, and 'body', a signature"}
+
+#: The signature class of each ``subtask_type`` (filled by :func:`register_type`).
+_TYPES: dict[str, type[Signature]] = {}
+
+S = TypeVar("S", bound="Signature")
 
 
 def _name_of(task: Any) -> str:
@@ -52,20 +64,20 @@ class Signature(dict[str, Any]):
     """
 
     #: The app this signature sends with (None: given later, for example by the worker).
-    _app: App | None = None
+    _app: CanvasApp | None = None
     #: The task object when the signature was made from one.
-    _type: Task | None = None
+    _type: CanvasTask | None = None
 
     def __init__(
         self,
-        task: str | Task | Mapping[str, Any] | None = None,
+        task: str | CanvasTask | Mapping[str, Any] | None = None,
         args: Iterable[Any] | None = None,
         kwargs: Mapping[str, Any] | None = None,
         options: Mapping[str, Any] | None = None,
         *,
         subtask_type: str | None = None,
         immutable: bool = False,
-        app: App | None = None,
+        app: CanvasApp | None = None,
         **extra_options: Any,
     ) -> None:
         self._app = app
@@ -83,7 +95,7 @@ class Signature(dict[str, Any]):
         )
 
     @classmethod
-    def _from_dict(cls, data: Mapping[str, Any], app: App | None) -> Signature:
+    def _from_dict(cls, data: Mapping[str, Any], app: CanvasApp | None) -> Signature:
         return Signature(data, app=app)
 
     # -- the dict's keys as attributes --------------------------------------------------------
@@ -166,8 +178,8 @@ class Signature(dict[str, Any]):
     # -- app and task ----------------------------------------------------------------------------
 
     @property
-    def app(self) -> App:
-        """The app this signature sends with."""
+    def app(self) -> CanvasApp:
+        """The app this signature sends with (setting it makes it send with that one)."""
         if self._app is None:
             raise ConfigurationError(
                 f"the signature {self!r} belongs to no app, so it cannot be sent or frozen: make it "
@@ -176,8 +188,18 @@ class Signature(dict[str, Any]):
             )
         return self._app
 
+    @app.setter
+    def app(self, value: CanvasApp) -> None:
+        self._app = value
+
     @property
-    def type(self) -> Task | None:
+    def known_app(self) -> CanvasApp | None:
+        """The app this signature sends with, None while it has none (a kind built of others
+        may find one among them: see :attr:`app`)."""
+        return self._app
+
+    @property
+    def type(self) -> CanvasTask | None:
         """The task object, when the task is registered with the app (else it is sent by name)."""
         if self._type is None and self._app is not None:
             self._type = self._app.tasks.get(self.task)
@@ -216,8 +238,6 @@ class Signature(dict[str, Any]):
             new_args, new_kwargs, new_options = self.args, self.kwargs, self.options
         if new_kwargs is self.kwargs:
             new_kwargs = dict(new_kwargs)
-        from .kinds import from_dict
-
         clone = from_dict({"task": self.task, "args": tuple(new_args), "kwargs": new_kwargs,
                            "options": copy.deepcopy(new_options), "subtask_type": self.subtask_type,
                            "immutable": self.immutable}, app=self._app)
@@ -250,16 +270,15 @@ class Signature(dict[str, Any]):
 
     def freeze(self, _id: str | None = None, group_id: str | None = None, chord: Signature | None = None,
                root_id: str | None = None, parent_id: str | None = None,
-               group_index: int | None = None) -> AsyncResult | GroupResult:
+               group_index: int | None = None) -> Any:
         """Give the task its id now (``options.task_id``; ``_id`` or a new one unless it has one)
-        and its place in a workflow, and return the handle of its result. Send a frozen signature
-        once: sending it twice sends two messages with the same id."""
-        from ..app.result import AsyncResult
-
+        and its place in a workflow, and return the handle of its result (a group's: its
+        GroupResult). Send a frozen signature once: sending it twice sends two messages with the
+        same id."""
         opts = self.options
         task_id = opts.get("task_id")
         if not task_id:
-            task_id = opts["task_id"] = _id or _new_id()
+            task_id = opts["task_id"] = _id or new_id()
         if root_id:
             opts["root_id"] = root_id
         if parent_id:
@@ -272,7 +291,7 @@ class Signature(dict[str, Any]):
             opts["chord"] = chord
         if group_index is not None:
             opts["group_index"] = group_index
-        return AsyncResult(task_id, self.app)
+        return self.app.AsyncResult(task_id)
 
     # -- callbacks ---------------------------------------------------------------------------------
 
@@ -290,7 +309,7 @@ class Signature(dict[str, Any]):
         return value
 
     def extend_list_option(self, key: str, value: Any) -> None:
-        self._list_option(key).extend(_as_list(value) or ())
+        self._list_option(key).extend(as_list(value) or ())
 
     def link(self, callback: Signature) -> Signature:
         """Send ``callback`` with this task's return value once it succeeds; returns ``callback``."""
@@ -307,10 +326,8 @@ class Signature(dict[str, Any]):
 
     def flatten_links(self) -> list[Signature]:
         """This signature and, recursively, those it links to."""
-        from .kinds import maybe_signature
-
         found: list[Signature] = [self]
-        for link in _as_list(self.options.get("link")) or ():
+        for link in as_list(self.options.get("link")) or ():
             found.extend(maybe_signature(link, app=self._app).flatten_links())
         return found
 
@@ -351,12 +368,45 @@ class Signature(dict[str, Any]):
     # -- composition -------------------------------------------------------------------------------
 
     def __or__(self, other: Any) -> Any:
-        """``a | b``: a chain (a group on the left makes a chord); see :mod:`.compose`."""
-        from .compose import pipe
-
-        return pipe(self, other)
+        """``a | b``: a chain (a group on the left makes a chord), by the rules of
+        :meth:`chain.compose <worker_core.canvas.chains.chain.compose>` (found through the kind
+        ``chain``: the kinds build on this class)."""
+        return kind("chain").compose(self, other)
 
     __ior__ = __or__  # ``|=`` composes too, rather than merging dicts
+
+    # -- what the kinds built of others ask of any signature they hold -------------------------
+
+    def chord_size(self) -> int:
+        """How many results of this signature a chord it is part of waits for: one for a task
+        (a group: its tasks'; a chain: its last non-empty step's; a chord: its body's)."""
+        return 1
+
+    def runs_nothing(self) -> bool:
+        """Whether sending this would run no task at all (an empty chain): a group drops it."""
+        return False
+
+    def led_by_task(self) -> bool:
+        """A chain whose first step is not a group (a chord body of that shape is unrolled: a
+        group would run the rest once per member)."""
+        return False
+
+    def unroll_chords(self) -> None:
+        """Split the chords of a chain whose body is a chain led by a task (nothing for others)."""
+
+    def clear_chord_option(self) -> None:
+        """Take off the ``chord`` option, here and where it applies within (a group's tasks, a
+        chain's last step, a chord's body)."""
+        self.options.pop("chord", None)
+
+    def strip_chord_header_links(self) -> None:
+        """Take the body off the header tasks of the chords within (a copy being sent): a chord
+        carries its body already and puts it back on its header tasks when it sends them."""
+
+    def members(self) -> list[Any]:
+        """The signatures a chord made of this one has for its header: this one alone (a group
+        or a chain: its tasks)."""
+        return [self]
 
     # -- dict behaviour ------------------------------------------------------------------------------
 
@@ -380,21 +430,92 @@ class Signature(dict[str, Any]):
 
     def __reduce__(self) -> Any:
         # pickled as its dict; the app and task object are found again where it is used
-        from .kinds import signature
-
         return signature, (dict(self),)
 
     def __json__(self) -> dict[str, Any]:
         return dict(self)
 
 
-def _new_id() -> str:
-    import uuid
+# -- the kinds, and signatures rebuilt from the dicts a message carries --------------------------
 
+
+def register_type(name: str) -> Callable[[type[S]], type[S]]:
+    """Class decorator: dicts whose ``subtask_type`` is ``name`` are rebuilt as this class, and
+    :func:`kind` finds it by that name."""
+    def register(cls: type[S]) -> type[S]:
+        _TYPES[name] = cls
+        return cls
+
+    return register
+
+
+def kind(name: str) -> Any:
+    """The class of the kind of signature ``name`` (``chain``, ``group``, ``chord``, ...), for
+    what needs a kind defined after it: a task piped into another makes a chain, and the kinds
+    build on this module, so they are found by name, as :func:`from_dict` finds them."""
+    return _TYPES[name]
+
+
+def from_dict(data: Mapping[str, Any], app: CanvasApp | None = None) -> Signature:
+    """The signature ``data`` describes, as the class its ``subtask_type`` names (a plain
+    :class:`Signature` when it names none): for the dicts found in a message's embed.
+
+    :raise CanvasError: ``data`` is not a signature's dict (no task name, an unknown kind).
+    """
+    if not isinstance(data, Mapping):
+        raise CanvasError(f"a signature must be a mapping with a 'task' key (got {data!r} that is a "
+                          f"{type(data).__name__})")
+    name = data.get("subtask_type")
+    if name:
+        cls = _TYPES.get(name)
+        if cls is None:
+            raise CanvasError(f"unknown signature kind subtask_type={name!r} in {dict(data)!r}; the known "
+                              f"kinds are {', '.join(sorted(_TYPES))}")
+        try:
+            return cls._from_dict(data, app)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise CanvasError(f"a signature of kind {name!r} needs Celery's layout of one (its kwargs: "
+                              f"{_LAYOUTS.get(name, 'its members')}); got {dict(data)!r} ({exc!r})") from None
+    if not isinstance(data.get("task"), str) or not data["task"]:
+        raise CanvasError(f"a signature's dict needs a task name under 'task' (got {dict(data)!r})")
+    for key, kind_of in (("args", (list, tuple)), ("kwargs", Mapping), ("options", Mapping)):
+        if key in data and not isinstance(data[key], kind_of):
+            raise CanvasError(f"the {key!r} of the signature of {data['task']!r} must be a "
+                              f"{'list' if key == 'args' else 'mapping'} (got {data[key]!r})")
+    return Signature(data, app=app)
+
+
+def maybe_signature(data: Any, app: CanvasApp | None = None, clone: bool = False) -> Any:
+    """``data`` as a signature: None stays None, a signature stays itself (or a clone), a dict is
+    rebuilt with :func:`from_dict`; with ``app``, the signature sends with that app."""
+    if data is None:
+        return None
+    if isinstance(data, Signature):
+        if clone:
+            data = data.clone()
+    else:
+        data = from_dict(data)
+    if app is not None:
+        data.app = app
+    return data
+
+
+def signature(varies: Any, *args: Any, **kwargs: Any) -> Signature:
+    """A new signature: a clone of a signature, one rebuilt from a dict, or made from a task (or
+    task name) and ``args``, ``kwargs``, ``options``."""
+    if isinstance(varies, Signature):
+        return varies.clone()
+    if isinstance(varies, Mapping):
+        return from_dict(varies, app=kwargs.get("app"))
+    return Signature(varies, *args, **kwargs)
+
+
+def new_id() -> str:
+    """A new task (or group) id."""
     return str(uuid.uuid4())
 
 
-def _as_list(value: Any) -> list[Any] | None:
+def as_list(value: Any) -> list[Any] | None:
     """None stays None, a list or tuple is itself, anything else a list of one (Celery's maybe_list)."""
     if value is None or isinstance(value, list):
         return value

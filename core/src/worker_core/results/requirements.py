@@ -1,28 +1,38 @@
-"""What canvas needs of the app's result backend (its optional capabilities), asked for before
-anything is sent, with an error naming the backend and what to configure when it lacks them."""
+"""What workflows need of the app's result backend (its optional capabilities): a chord one that
+joins (or polls) its header, a saved group one that keeps groups. Asked for before anything is
+sent, with an error naming the backend and what to configure when it lacks them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..exceptions import ConfigurationError
 from ..redaction import redact_url
-from ..slots import DiscardsResults, JoinsChords, RepliesToSender, SavesGroups
+from ..slots import DiscardsResults, JoinsChords, RepliesToSender, ResultBackend, SavesGroups
 
-if TYPE_CHECKING:
-    from ..app.base import App
+__all__ = ["UsesResults", "require_chords", "require_groups"]
 
-__all__ = ["require_chords", "require_groups"]
+
+class UsesResults(Protocol):
+    """An app, as far as its result backend goes."""
+
+    @property
+    def backend(self) -> ResultBackend:
+        """This process's result backend."""
+
+    def result_url(self) -> str:
+        """The result backend's URL, for messages."""
+
 
 _EXAMPLE = "App(..., backend='redis://localhost:6379/1') or the result_backend setting"
 
 
-def _describe(app: App) -> str:
+def _describe(app: UsesResults) -> str:
     backend = app.backend
     return f"{type(backend).__module__}.{type(backend).__qualname__} ({redact_url(app.result_url())})"
 
 
-def require_chords(app: App) -> JoinsChords | None:
+def require_chords(app: UsesResults) -> JoinsChords | None:
     """The app's result backend when it joins chords itself
     (:class:`~worker_core.slots.JoinsChords`); None when it does not, and a chord is joined by
     Celery's ``celery.chord_unlock`` task polling the header's results.
@@ -48,7 +58,7 @@ def require_chords(app: App) -> JoinsChords | None:
     return None
 
 
-def require_groups(app: App) -> SavesGroups:
+def require_groups(app: UsesResults) -> SavesGroups:
     """The app's result backend, which must save group results
     (:class:`~worker_core.slots.SavesGroups`).
 
