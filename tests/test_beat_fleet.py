@@ -66,13 +66,20 @@ class Arrivals:
         queue = Queue(TICKS, Exchange(TICKS), TICKS)
 
         def arrived(body: Any, message: Any) -> None:
-            self.seen.append((datetime.fromisoformat(message.headers["periodic_task_due"]),
-                              message.headers["id"], time.time()))
+            self.seen.append(
+                (
+                    datetime.fromisoformat(message.headers["periodic_task_due"]),
+                    message.headers["id"],
+                    time.time(),
+                )
+            )
             message.ack()
 
         try:
-            with Connection(self.url) as connection, Consumer(connection, [queue], callbacks=[arrived],
-                                                              accept=["json"]):
+            with (
+                Connection(self.url) as connection,
+                Consumer(connection, [queue], callbacks=[arrived], accept=["json"]),
+            ):
                 while not self._stop.is_set():
                     with contextlib.suppress(TimeoutError):
                         connection.drain_events(timeout=0.5)
@@ -98,10 +105,17 @@ class Fleet:
         assert through is not None
         proxy, url = through
         name = f"w{index}@beat-test"
-        env = {"PYTHONPATH": str(TESTS), "PYTHONUNBUFFERED": "1", "BEAT_BROKER": url,
-               "WORKER_BROKER_TRANSPORT_OPTIONS": RETRY}
-        worker = WorkerProcess(["-A", "apps.beat_fleet", "-B", "-P", "solo", "-n", name, "-l", "INFO",
-                                "-b", url], dict(os.environ, **env), self.tmp_path / f"{name}.log")
+        env = {
+            "PYTHONPATH": str(TESTS),
+            "PYTHONUNBUFFERED": "1",
+            "BEAT_BROKER": url,
+            "WORKER_BROKER_TRANSPORT_OPTIONS": RETRY,
+        }
+        worker = WorkerProcess(
+            ["-A", "apps.beat_fleet", "-B", "-P", "solo", "-n", name, "-l", "INFO", "-b", url],
+            dict(os.environ, **env),
+            self.tmp_path / f"{name}.log",
+        )
         self.workers.append(worker)
         self.proxies[name] = proxy
         return worker
@@ -115,6 +129,7 @@ class Fleet:
 
     def new_leader(self, before: collections.Counter[str], timeout: float = 30.0) -> WorkerProcess:
         """The worker that took the lease since ``before`` was counted."""
+
         def taken() -> WorkerProcess | None:
             now = self.terms()
             return next((worker for worker in self.workers if now[worker.name] > before[worker.name]), None)

@@ -416,6 +416,10 @@ class Scheduler:
             logger.info("Sent %s (%s) due %s", entry.name, entry.task, _iso(due))
             self._tick(Tick(entry.name, due, "sent", task_id, sent_at))
         else:
+            # sent before (its key says so), though the record was behind: the record catches up
+            caught_up = {**state.last, "due": _iso(due), "id": task_id}
+            lease.write_records({entry.name: json.dumps(caught_up)})
+            state.last = self._records[entry.name] = caught_up
             self.sent_already += 1
             self._tick(Tick(entry.name, due, "sent-already", task_id))
         return True

@@ -221,11 +221,23 @@ class crontab:
         return cls(minute, hour, day_of_week, day_of_month, month_of_year)
 
     def expression(self) -> str:
+        full = {"minute": 60, "hour": 24, "day_of_week": 7, "day_of_month": 31, "month_of_year": 12}
+
         def text(name: str) -> str:
             given = self.given[name]
             if isinstance(given, (str, int)):
                 return str(given)
-            return ",".join(str(value) for value in sorted(given))
+            values = sorted(getattr(self, name))
+            if len(values) == full[name]:
+                return "*"
+            runs: list[list[int]] = []
+            for value in values:  # consecutive values as ranges: 1-5
+                if runs and value == runs[-1][-1] + 1:
+                    runs[-1].append(value)
+                else:
+                    runs.append([value])
+            parts = (f"{run[0]}-{run[-1]}" if len(run) > 2 else ",".join(map(str, run)) for run in runs)
+            return ",".join(parts)
 
         fields = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
         return " ".join(text(name) for name in fields)
