@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
                  -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop] \
-                 -e ./plugins/transport_postgres -e ./plugins/beat
+                 -e ./plugins/transport_postgres[test] -e ./plugins/beat
 
 .PHONY: venv demo docs test test-fast test-stock bench lint
 
