@@ -14,9 +14,9 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`StopsOneJob`, :class:`SharesOneQueue`, :class:`FixedConcurrency`,
 :class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
-:class:`DelaysOnBroker`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`,
-:class:`TellsTime`, :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`,
-:class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`,
+:class:`DelaysOnBroker`, :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`,
+:class:`ReportsRefusals`, :class:`TellsTime`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
+:class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`,
 :class:`RestartsProcesses`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
@@ -80,6 +80,7 @@ __all__ = [
     "ReportsRefusals",
     "RestartsProcesses",
     "ResultBackend",
+    "RewritesUrls",
     "SavesGroups",
     "SendsOnce",
     "SharesOneQueue",
@@ -339,9 +340,9 @@ class Transport(Protocol):
     **Optional capabilities**: :class:`AcksSurviveReconnect`, :class:`LeasesMessages`,
     :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
     :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
-    :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`, :class:`TellsTime`;
-    its channels may be :class:`ParksMessages` and :class:`FencesLeases`. The worker never asks
-    which broker it has:
+    :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`,
+    :class:`TellsTime`; its channels may be :class:`ParksMessages` and :class:`FencesLeases`. The
+    worker never asks which broker it has:
     what differs between brokers is one of these, with the behaviour without it said in its
     docstring.
 
@@ -610,6 +611,22 @@ class FencesLeases(Protocol):
         leases were renewed in time; when they may have lapsed (by the monotonic clock), asks the
         broker first (one round trip for every held message). None when that cannot be told now
         (the broker unreachable or refusing) while the leases may have lapsed."""
+
+
+@runtime_checkable
+class RewritesUrls(Protocol):
+    """A transport serving a URL scheme that kombu would read as another transport's: kombu takes
+    the part of a scheme before ``+`` as the name of a kombu transport of its own, whatever
+    transport it is given (``sqla+postgresql://`` would be kombu's SQLAlchemy transport).
+
+    Test for it with ``isinstance(transport, RewritesUrls)``. The worker and the app then hand
+    kombu ``kombu_url(url)`` for each broker URL instead of the URL itself (the user's URL stays
+    what is shown and chosen by). Without it, kombu is given the URL as it is.
+    """
+
+    def kombu_url(self, url: str) -> str:
+        """The URL to give ``kombu.Connection`` for the broker URL ``url`` (of this transport's
+        schemes), one kombu reads as this transport's."""
 
 
 @runtime_checkable
@@ -1340,8 +1357,8 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "pool": (FixedConcurrency, WithdrawsQueuedJobs, SharesOneQueue, WithdrawsOneJob, StopsOneJob,
              RestartsProcesses),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
-                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, ElectsLeaders,
-                  KeepsRecords, ReportsRefusals, TellsTime),
+                  FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, RewritesUrls,
+                  ElectsLeaders, KeepsRecords, ReportsRefusals, TellsTime),
     "loop": (),
     "autoscaler": (),
     "failover": (),

@@ -10,6 +10,7 @@ import kombu
 
 from ..options import parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
+from ..slots import RewritesUrls
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from .base import App
 
 __all__ = ["broker_urls", "connect", "connect_for_publishing", "connection_for", "connection_through",
-           "task_queue", "transport_for"]
+           "kombu_url", "task_queue", "transport_for"]
 
 
 def transport_for(plugins: PluginManager, url: str, settings: Settings) -> Transport:
@@ -42,8 +43,14 @@ def connection_through(transport: Transport, url: str, settings: Settings, **ext
     options.setdefault("connect_timeout", settings.broker_connection_timeout)
     options.update(extra)
     return kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
-        url, transport=transport.kombu_transport(), **options
+        kombu_url(transport, url), transport=transport.kombu_transport(), **options
     )
+
+
+def kombu_url(transport: Transport, url: str) -> str:
+    """The URL kombu is given for ``url``: the transport's rewriting of it when it
+    :class:`~worker_core.slots.RewritesUrls`, else ``url``."""
+    return transport.kombu_url(url) if isinstance(transport, RewritesUrls) else url
 
 
 def _failover(plugins: PluginManager, name: str) -> Any:
@@ -70,7 +77,8 @@ def connect(plugins: PluginManager, urls: Sequence[str], settings: Settings, **e
         options["failover_strategy"] = _failover(plugins, settings.broker_failover_strategy)
     options.update(extra)
     return kombu.Connection(  # type: ignore[attr-defined,no-untyped-call]
-        ";".join(urls), transport=transport.kombu_transport(), **options
+        ";".join(kombu_url(transport, url) for url in urls), transport=transport.kombu_transport(),
+        **options
     )
 
 

@@ -31,6 +31,7 @@ from typing import Any
 from kombu.transport import virtual as _virtual
 
 from worker_core.exceptions import TransportError
+from worker_core.redaction import redact_url
 
 from .channel import Channel
 from .database import connect, connection_errors
@@ -61,6 +62,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
     transport_options={"postgres": BrokerConfig})``."""
 
     Channel = Channel
+    #: kombu leaves the URL whole (libpq reads it: its query holds libpq's own parameters)
+    can_parse_url = True
     default_port = 5432
     driver_type = "postgresql"
     driver_name = "psycopg"
@@ -103,6 +106,9 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._rounds = 0
         self._hub: Any = None
         self._due_timer: Any = None
+
+    def as_uri(self, uri: str, include_password: bool = False, mask: str = "**") -> str:
+        return uri if include_password else redact_url(uri)
 
     def driver_version(self) -> str:
         import psycopg

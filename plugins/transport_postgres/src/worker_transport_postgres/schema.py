@@ -83,6 +83,8 @@ CREATE TABLE IF NOT EXISTS {q} (
     id integer NOT NULL DEFAULT nextval({n.sequence("queue_id_sequence")}) PRIMARY KEY,
     name varchar(200) UNIQUE
 );
+-- (kombu's SQLAlchemy models name the sequence in each INSERT: a table they made has no default)
+ALTER TABLE {q} ALTER COLUMN id SET DEFAULT nextval({n.sequence('queue_id_sequence')});
 ALTER TABLE {q}
     ADD COLUMN IF NOT EXISTS message_ttl double precision,
     ADD COLUMN IF NOT EXISTS expires double precision,
@@ -103,6 +105,7 @@ DO $$ BEGIN
     END IF;
 END $$;
 ALTER TABLE {m}
+    ALTER COLUMN id SET DEFAULT nextval({n.sequence('message_id_sequence')}),
     ALTER COLUMN version SET DEFAULT 1,
     ALTER COLUMN visible SET DEFAULT true,
     ADD COLUMN IF NOT EXISTS priority smallint NOT NULL DEFAULT 0,
@@ -210,6 +213,7 @@ CREATE TABLE IF NOT EXISTS {t} (
     traceback text,
     children bytea
 );
+ALTER TABLE {t} ALTER COLUMN id SET DEFAULT nextval({n.sequence('task_id_sequence')});
 ALTER TABLE {t}
     ADD COLUMN IF NOT EXISTS name varchar(155),
     ADD COLUMN IF NOT EXISTS args bytea,
@@ -231,6 +235,7 @@ CREATE TABLE IF NOT EXISTS {g} (
     result bytea,
     date_done timestamp
 );
+ALTER TABLE {g} ALTER COLUMN id SET DEFAULT nextval({n.sequence('taskset_id_sequence')});
 CREATE INDEX IF NOT EXISTS ix_celery_tasksetmeta_date_done ON {g} (date_done);
 
 CREATE OR REPLACE FUNCTION {s}.worker_notify_result() RETURNS trigger LANGUAGE plpgsql AS $f$

@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core import Settings
-    from worker_core.slots import AcksSurviveReconnect, CountsDeliveries, LeasesMessages, Transport
+    from worker_core.slots import (
+        AcksSurviveReconnect,
+        CountsDeliveries,
+        LeasesMessages,
+        RewritesUrls,
+        Transport,
+    )
 
 __all__ = ["PostgresTransport"]
 
@@ -65,6 +71,13 @@ class PostgresTransport:
             "fetch_limit": config.fetch_limit,
             "listen": config.listen,
         }
+
+    def kombu_url(self, url: str) -> str:
+        """``postgresql://...`` for Celery's ``sqla+postgresql+psycopg://...``: kombu reads the part
+        before ``+`` as its own SQLAlchemy transport's name."""
+        from .options import conninfo_of
+
+        return conninfo_of(url)
 
     def kombu_transport(self) -> type:
         from .kombu_transport import Transport  # imports psycopg: only when connecting
@@ -116,3 +129,4 @@ if TYPE_CHECKING:
     _ACKS: type[AcksSurviveReconnect] = PostgresTransport
     _COUNTS: type[CountsDeliveries] = PostgresTransport
     _LEASES: type[LeasesMessages] = PostgresTransport
+    _URLS: type[RewritesUrls] = PostgresTransport
