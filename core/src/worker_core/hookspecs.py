@@ -254,7 +254,7 @@ def broker_refused(worker: Worker, reason: str) -> None:
     """The broker started refusing work on a connection that still works: full (Redis out of
     memory), read-only, busy, or blocking the connection (a RabbitMQ memory or disk alarm). The
     worker takes no new task until :func:`broker_accepted`; a readiness probe should say "not
-    ready" meanwhile (:meth:`Worker.broker_refusal <worker_core.worker.worker.Worker.broker_refusal>`
+    ready" meanwhile (:meth:`Worker.broker_state <worker_core.worker.worker.Worker.broker_state>`
     tells the same at any time). Called once per episode. Main process, loop thread.
 
     :param worker: the worker

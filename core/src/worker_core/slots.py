@@ -555,8 +555,8 @@ class ReportsRefusals(Protocol):
 
     The transport backs off (a bounded, jittered delay), keeps its connection and tries again,
     telling the worker's :class:`BrokerStatus` when the refusal starts and ends; the worker logs
-    both, reports the state in ``inspect stats``, the metrics and :meth:`Worker.broker_refusal
-    <worker_core.worker.worker.Worker.broker_refusal>` (a readiness probe reads it), and when a
+    both, reports the state in ``inspect stats``, the metrics and :meth:`Worker.broker_state
+    <worker_core.worker.worker.Worker.broker_state>` (readiness is ``broker-blocked``), and when a
     refusal reaches it as an error (at start-up, declaring queues) it waits a bounded, jittered
     delay before starting again instead of reconnecting at once. Read on the class before
     anything connects. Without it, every such error is a lost connection.

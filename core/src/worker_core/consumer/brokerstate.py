@@ -1,7 +1,8 @@
 """Whether the broker refuses work now: a state, not a lost connection (see
 :class:`~worker_core.slots.ReportsRefusals`). One line when a refusal starts, one when it ends
 with its duration; the state in ``inspect stats``, the metrics and
-:meth:`Worker.broker_refusal <worker_core.worker.worker.Worker.broker_refusal>`."""
+:meth:`Worker.broker_state <worker_core.worker.worker.Worker.broker_state>`, and readiness
+(``broker-blocked``) while it refuses."""
 
 from __future__ import annotations
 
@@ -62,8 +63,8 @@ class BrokerState:
             self.reason = reason
             self._since = time.monotonic()
             self.episodes += 1
-        logger.warning("%s. The worker keeps its connection and takes no new task, and tries again "
-                       "with a growing delay; a line says when it is over", reason)
+        logger.warning("%s. The worker keeps its connection and waits it out, not ready meanwhile; a "
+                       "line says when it is over", reason)
         if self._notify is not None:
             self._notify("broker_refused", reason=reason)
 

@@ -198,12 +198,16 @@ class Worker:
 
     # -- health --------------------------------------------------------------------------------
 
-    def broker_refusal(self) -> str | None:
-        """Why the broker refuses work now (full, read-only, busy, blocking the connection: see
-        :class:`~worker_core.slots.ReportsRefusals`), or None while it takes work. A readiness
-        probe reads it: a worker whose broker refuses work takes no task. Thread-safe."""
+    def broker_state(self) -> dict[str, Any]:
+        """Whether the broker refuses work (full, read-only, busy, blocking the connection: see
+        :class:`~worker_core.slots.ReportsRefusals`): ``refusing``, what it refuses and why, or
+        None while it takes work; ``refusing_for``, seconds it has (None); ``refusals``, how many
+        times it started; ``refused_seconds``, how long it refused in all. Readiness says
+        ``broker-blocked`` while it refuses. Thread-safe."""
         consumer = self.consumer
-        return consumer.broker_state.reason if consumer is not None else None
+        if consumer is None:
+            return {"refusing": None, "refusing_for": None, "refusals": 0, "refused_seconds": 0.0}
+        return consumer.broker_state.info()
 
     # -- introspection -----------------------------------------------------------------------
 

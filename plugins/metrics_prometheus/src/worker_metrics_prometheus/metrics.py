@@ -213,6 +213,17 @@ class WorkerGauges(Collector):
                                              "after losing its broker connection.", labels=names)
             reconnects.add_metric(values, consumer.restart_count)
             yield reconnects
+            state = worker.broker_state()
+            yield gauge("worker_broker_refusing", "1 while the broker refuses work (full, read-only, "
+                        "busy, blocking the connection).", 1 if state["refusing"] is not None else 0)
+            refusals = CounterMetricFamily("worker_broker_refusals", "Times the broker started refusing "
+                                           "work.", labels=names)
+            refusals.add_metric(values, state["refusals"])
+            yield refusals
+            refused = CounterMetricFamily("worker_broker_refused_seconds", "Seconds the broker refused "
+                                          "work, in all.", labels=names)
+            refused.add_metric(values, state["refused_seconds"])
+            yield refused
         pool = getattr(worker, "pool", None)
         if pool is not None:
             yield gauge("worker_pool_processes", "Executors in the pool (processes or threads).",

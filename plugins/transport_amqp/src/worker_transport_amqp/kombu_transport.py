@@ -12,7 +12,7 @@ those closes return at once, and the worker reconnects.
 from __future__ import annotations
 
 import errno
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from amqp.exceptions import ConnectionForced, RecoverableConnectionError
 from kombu.transport import pyamqp as _pyamqp
@@ -23,17 +23,28 @@ from . import internals
 from .channel import ACK_HOLD, StockConnection, connection_class
 from .reading import BufferedTCPTransport, dispatch_arrived
 
-__all__ = ["SSLTransport", "Transport"]
+if TYPE_CHECKING:
+    from worker_core.slots import BrokerStatus
+
+__all__ = ["BLOCKED", "SSLTransport", "Transport"]
 
 # kombu is not annotated: its module is typed as Any here, once.
 pyamqp: Any = _pyamqp
 
 
+#: what the worker's broker status is told while RabbitMQ blocks the connection (py-amqp does
+#: not pass on the reason RabbitMQ gives: low on memory, or on disk)
+BLOCKED = "RabbitMQ blocks the connection (a memory or disk alarm: see the broker's log)"
+
+
 class Transport(pyamqp.Transport):  # type: ignore[misc]
     """kombu's py-amqp transport; a missed heartbeat drops the connection's socket, and
-    acknowledgements go out in batches (see :mod:`.channel`) between loop turns."""
+    acknowledgements go out in batches (see :mod:`.channel`) between loop turns. RabbitMQ's
+    ``connection.blocked`` and ``connection.unblocked`` go to the worker's broker status."""
 
     Connection = StockConnection
+    #: the worker's broker status (set by ``AmqpTransport.watch_refusals``)
+    broker_status: BrokerStatus | None = None
 
     #: frames read per readable event before letting the rest of the loop run
     frames_per_turn = 256
@@ -44,6 +55,15 @@ class Transport(pyamqp.Transport):  # type: ignore[misc]
         decision = internals.current()
         self._reads_all = "reader" in decision
         self._batches_acks = "acks" in decision
+
+    def establish_connection(self) -> Any:
+        connection = super().establish_connection()
+        status = self.broker_status
+        if status is not None:
+            connection.on_blocked = lambda reason: status.refused(BLOCKED)
+            connection.on_unblocked = status.accepted
+            status.accepted()  # (a new connection is not blocked: one lost while blocked was)
+        return connection
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         super().register_with_event_loop(connection, loop)

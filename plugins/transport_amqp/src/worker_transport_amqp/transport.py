@@ -12,7 +12,15 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from worker_core import Settings
-    from worker_core.slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker, ElectsLeaders, Transport
+    from worker_core.slots import (
+        AdoptsQueues,
+        BrokerStatus,
+        BuffersDeliveries,
+        DelaysOnBroker,
+        ElectsLeaders,
+        ReportsRefusals,
+        Transport,
+    )
 
     from .election import AmqpLease
 
@@ -126,6 +134,18 @@ class AmqpTransport:
 
         return AmqpLease(self.url, self.tls is not None, self.connection_options(), name, holder, ttl)
 
+    @classmethod
+    def refusal(cls, exc: BaseException) -> str | None:
+        """RabbitMQ refuses work by blocking the connection (``connection.blocked``), not with an
+        error: no error is a refusal."""
+        return None
+
+    @classmethod
+    def watch_refusals(cls, connection: Connection, status: BrokerStatus) -> None:
+        """Tell ``status`` when RabbitMQ blocks ``connection`` (a memory or disk alarm, once the
+        connection publishes: an event, a remote-control reply, a task a task sends) and unblocks it."""
+        connection.transport.broker_status = status
+
 
 if TYPE_CHECKING:
     # mypy proves the class satisfies its slot's Protocol and the capabilities it offers.
@@ -134,3 +154,4 @@ if TYPE_CHECKING:
     _ADOPTS: type[AdoptsQueues] = AmqpTransport
     _DELAYS: type[DelaysOnBroker] = AmqpTransport
     _ELECTS: type[ElectsLeaders] = AmqpTransport
+    _REFUSALS: type[ReportsRefusals] = AmqpTransport
