@@ -92,6 +92,16 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
+def _literal(text: str) -> str:
+    """Help text as Markdown: its brackets are literal (``[EXCHANGE] [TYPE]`` would read as a link)."""
+    return text.replace("[", "\\[").replace("]", "\\]")
+
+
+def _text(text: str) -> str:
+    """Help text in a table cell."""
+    return _literal(_cell(text))
+
+
 def _code(text: str) -> str:
     return f"`{_cell(text)}`" if text else ""
 
@@ -171,11 +181,11 @@ def cli_markdown() -> str:
         arguments = " ".join(command_arguments(command))
         out += [f"### `{name}`", "", f"```text\n{name} [OPTIONS]{' ' + arguments if arguments else ''}"
                 + (" COMMAND [ARGS]..." if isinstance(command, click.Group) else "") + "\n```", "",
-                inspect.cleandoc(command.help or ""), ""]
+                _literal(inspect.cleandoc(command.help or "")), ""]
         options = command_options(name, command)
         if options:
             out += ["| option | value | default | what |", "|---|---|---|---|"]
-            out += [f"| `{_cell(o.flags)}` | {_code(o.value)} | {_code(o.default)} | {_cell(o.help)} |"
+            out += [f"| `{_cell(o.flags)}` | {_code(o.value)} | {_code(o.default)} | {_text(o.help)} |"
                     for o in options]
             out.append("")
     return "\n".join(out)
@@ -212,7 +222,7 @@ def plugin_options() -> list[PluginOptionEntry]:
 def plugin_options_markdown() -> str:
     out = ["| option | variable | default | plugin (distribution) | what |", "|---|---|---|---|---|"]
     out += [f"| `{_cell(o.flags)}` | `{o.variable}` | {_code(o.default)} | {o.plugin} ({o.distribution}) | "
-            f"{_cell(o.help)} |" for o in plugin_options()]
+            f"{_text(o.help)} |" for o in plugin_options()]
     return "\n".join(out)
 
 
@@ -222,7 +232,7 @@ def control_commands_markdown() -> str:
     out = ["| command | kind | arguments | what |", "|---|---|---|---|"]
     for command in BUILTIN_COMMANDS.values():
         arguments = command.usage
-        out.append(f"| `{command.name}` | {command.kind} | {_code(arguments)} | {_cell(command.help)} |")
+        out.append(f"| `{command.name}` | {command.kind} | {_code(arguments)} | {_text(command.help)} |")
     return "\n".join(out)
 
 
