@@ -212,7 +212,8 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         key = (exchange, routing_key)
         if key not in self._unrouted_warned:
             self._unrouted_warned.add(key)
-            logger.warning(
+            # (as on RabbitMQ: events nobody monitors go nowhere, and that is no news)
+            logger.debug(
                 "A message published to exchange %r with routing key %r reached no queue: nothing is "
                 "bound there (said once per exchange and key)",
                 exchange,
