@@ -107,7 +107,8 @@ def test_a_standby_promoted_behind_the_same_address_loses_no_task(workers, clust
     schema, proof = schema_name("failover"), tmp_path / "ran"
     configure_client(address, address, schema)
     try:
-        worker = workers.start("-c", "2", pool="prefork", broker=address, backend=address, env=environment(schema))
+        worker = workers.start("-c", "2", pool="prefork", broker=address, backend=address,
+                               env=environment(schema))
         results = send(proof)
         wait_for(lambda: len(basic.lines(proof)) >= TASKS // 4, timeout=60, message="a quarter of the tasks")
         cluster.stop("immediate")  # the primary is gone at once
