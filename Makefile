@@ -97,6 +97,8 @@ bench: venv
 	$(BIN)/python bench/celery_project_floor.py --broker $(AMQP_BENCH) --results $(REDIS_BENCH)
 	$(BIN)/python bench/eta_memory.py --broker $(REDIS_BENCH)
 	$(BIN)/python bench/eta_memory.py --broker $(AMQP_BENCH)
+	$(BIN)/python bench/beat.py --broker $(REDIS_BENCH) --takeovers 5 --entries 10000
+	$(BIN)/python bench/beat.py --broker $(AMQP_BENCH) --takeovers 5 --entries 0
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples docs
