@@ -7,12 +7,16 @@ it. Then prove nothing was lost and explain every task that ran more than once.
                          [--cut 0.2,3] [--seed N] [--keep] [--workers 2]
                          [--faults child-kill,worker-kill,connection-cut,term-kill] [--grace 3]
                          [--visibility-timeout 20] [--long 0.01] [--long-seconds S] [--countdowns 0.05]
+                         [--pause 7.5,15]
 
 Each broker gets a private redis-server (the Redis broker and the ledger) and a TCP proxy between
 the worker and the broker; RabbitMQ is the shared server, with a queue of the run's own that is
 deleted afterwards. The task (``bench/apps/soak_app.py``) appends one line per execution to the
-ledger. The run lasts until every task has run (not a fixed duration), then waits for
-redeliveries to settle, stops the worker warmly and prints a table. Exit status 0 when nothing
+ledger. Faults ``pause`` (SIGSTOP a worker and its processes for --pause seconds, by default 1.5
+to 3 visibility timeouts) and ``clock-step`` (step a worker's wall clock an hour or ten minutes
+either way, or back: libfaketime, Debian's ``faketime``) are among them on request. The run lasts
+until every task has run (not a fixed duration), then waits for redeliveries to settle, stops the
+worker warmly and prints a table. Exit status 0 when nothing
 was lost, every duplicate is explained, and the worker never crashed.
 """
 
@@ -88,6 +92,7 @@ def parse(argv: list[str] | None = None) -> tuple[list[str], SoakOptions]:
                         help="how long a long task runs (default: twice the visibility timeout)")
     parser.add_argument("--countdowns", type=_share, default=0.0,
                         help="share of the tasks sent with a countdown of 1.2 to 2 visibility timeouts")
+    parser.add_argument("--pause", type=_pair, help="pause: how long a worker is stopped, MIN,MAX seconds")
     args = parser.parse_args(argv)
     if args.tasks < 1:
         parser.error("--tasks must be at least 1")
@@ -100,7 +105,7 @@ def parse(argv: list[str] | None = None) -> tuple[list[str], SoakOptions]:
                                 loglevel=args.loglevel, workers=args.workers, faults=args.faults,
                                 grace=args.grace, visibility_timeout=args.visibility_timeout,
                                 long_share=args.long, long_seconds=args.long_seconds,
-                                countdown_share=args.countdowns)
+                                countdown_share=args.countdowns, pause_length=args.pause)
 
 
 def main(argv: list[str] | None = None) -> int:

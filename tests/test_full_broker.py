@@ -98,3 +98,21 @@ def test_a_refusing_redis_is_waited_out_with_one_line_each_way_and_every_result_
     state = _stats(worker.name)["broker_state"]
     assert state["refusing"] is None and state["refusals"] == 1 and state["refused_seconds"] > 1
     assert worker.stop() == 0
+
+
+def test_a_result_redis_refuses_past_the_bound_is_stored_as_failure_with_the_reason(workers, server, client):
+    # results may be refused for 2 s: then the task's result is FAILURE, stored once Redis takes it
+    env = {**ENV, "WORKER_RESULT_BACKEND_TRANSPORT_OPTIONS": '{"refused_retry_seconds": 2}'}
+    worker = workers.start("-c", "1", pool="threads", broker=server.url, backend=server.url, env=env)
+    key = f"runs-{uuid.uuid4().hex[:8]}"
+    result = basic.count_slowly.delay(REDIS_TEST_URL, key, 7, 1.0)
+    wait_for(lambda: basic.runs(REDIS_TEST_URL, key) == {7: 1}, message="the task to start")
+    _out_of_memory(server.url)  # before it returns: its result is refused
+    try:
+        worker.wait_log("the task returned but its result could not be stored", timeout=20)
+    finally:
+        redis.Redis.from_url(server.url).config_set("maxmemory", 0)
+    wait_for(lambda: result.state == "FAILURE", timeout=20, message="the FAILURE to be stored")
+    assert "it refused for 2s: out of memory" in str(result.result)
+    assert basic.runs(REDIS_TEST_URL, key) == {7: 1}
+    assert worker.log().count("The result backend's Redis refuses work") == 1

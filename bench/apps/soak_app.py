@@ -1,6 +1,7 @@
 """The soak's task: every execution appends one line to a Redis list (``SOAK_LEDGER_URL``) as it
-starts, naming the task, the process, the worker generation and whether the broker redelivered the
-message; a long task then sleeps for ``seconds``."""
+starts, naming the task, the process, the worker generation, whether the broker redelivered the
+message and when, by the ledger's clock (the worker's own may be stepped); a long task then sleeps
+for ``seconds``."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ LEDGER_KEY = "soak:runs"  # chaos.ledger.LEDGER_KEY
 faulthandler.register(signal.SIGUSR1, all_threads=True)
 _client: redis.Redis | None = None
 _pid = 0
+#: appends ARGV[1] and the server's time (seconds, to the microsecond) to KEYS[1]
+_APPEND = ("local t = redis.call('TIME') "
+           "redis.call('RPUSH', KEYS[1], ARGV[1] .. ' ' .. string.format('%d.%06d', t[1], t[2]))")
 
 
 def _ledger() -> redis.Redis:
@@ -35,7 +39,7 @@ def _ledger() -> redis.Redis:
 def record(self, seconds: float = 0.0) -> None:
     redelivered = int(bool((self.request.delivery_info or {}).get("redelivered")))
     generation = os.environ.get("SOAK_GENERATION", "0")
-    line = f"{self.request.id} {os.getpid()} {generation} {redelivered} {time.time():.6f}"
-    _ledger().rpush(LEDGER_KEY, line)
+    line = f"{self.request.id} {os.getpid()} {generation} {redelivered}"
+    _ledger().eval(_APPEND, 1, LEDGER_KEY, line)
     if seconds:
         time.sleep(seconds)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from faults import FakeClock  # tests/faults.py
 from workers import children_of  # tests/workers.py
 
 __all__ = ["Fleet"]
@@ -28,11 +29,19 @@ class Fleet:
     """
 
     def __init__(self, args: Sequence[str], env: Mapping[str, str], logdir: Path, *, name: str,
-                 size: int = 1) -> None:
+                 size: int = 1, clocks: bool = False) -> None:
         self.args = list(args)
         self.env = dict(env)
         self.logdir = logdir
         self.name = name
+        #: per slot: a wall clock of the worker's own that :meth:`set_clock` steps (libfaketime)
+        self.clocks: list[FakeClock] = []
+        if clocks:
+            for index in range(size):
+                directory = logdir / f"clock-{index}"
+                directory.mkdir(exist_ok=True)
+                self.clocks.append(FakeClock(directory))
+        self._offsets = [0.0] * size
         #: the last generation started, in the whole fleet
         self.generation = 0
         #: per slot: the worker process and its generation
@@ -55,6 +64,8 @@ class Fleet:
             self.generations[index] = self.generation
             env = dict(self.env, SOAK_GENERATION=str(self.generation), PYTHONUNBUFFERED="1",
                        PYTHONPATH=os.pathsep.join(filter(None, [str(APPS), self.env.get("PYTHONPATH")])))
+            if self.clocks:
+                env.update(self.clocks[index].env())
             args = [*self.args, "-n", self.name.format(slot=index)]
             with self.log_path(self.generation).open("wb") as log:
                 self.processes[index] = subprocess.Popen(
@@ -107,6 +118,37 @@ class Fleet:
                 self.kill_child(child)
             process.kill()
             process.wait()
+
+    def stop_all(self, slot: int) -> bool:
+        """SIGSTOP the worker of ``slot`` and all its processes, as a paused VM; False if it is gone."""
+        process = self.processes[slot]
+        if process is None or process.poll() is not None:
+            return False
+        self._stopped = [process.pid, *children_of(process.pid)]
+        for pid in self._stopped:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return True
+
+    def resume_all(self, slot: int) -> None:
+        """SIGCONT what :meth:`stop_all` stopped."""
+        for pid in getattr(self, "_stopped", []):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self._stopped = []
+
+    def clock_offset(self, slot: int) -> float | None:
+        """How far ahead of the real one the wall clock of ``slot`` is (None: the real one, no fake)."""
+        return self._offsets[slot] if self.clocks else None
+
+    def set_clock(self, slot: int, offset: float) -> None:
+        """Step the wall clock of ``slot``'s worker to ``offset`` seconds from the real one."""
+        self.clocks[slot].set(offset)
+        self._offsets[slot] = offset
 
     def terminate(self, slot: int) -> None:
         """SIGTERM the worker of ``slot``: a warm shutdown begins."""

@@ -1,7 +1,9 @@
 """Faults at random intervals: SIGKILL a pool child, SIGKILL a whole worker and start it again, SIGTERM
 a worker and SIGKILL it a few seconds later (a grace period shorter than a task, as Kubernetes
-gives) and start it again, or cut the broker connection for a while; every fault is logged with
-its time."""
+gives) and start it again, cut the broker connection for a while, stop a worker and all its
+processes (SIGSTOP, as a paused VM) for longer than Redis's visibility timeout, or step a worker's
+wall clock (libfaketime) an hour or minutes either way, or back to the right time; every fault is
+logged with its time."""
 
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ from .fleet import Fleet
 
 __all__ = ["KINDS", "FaultEvent", "Injector"]
 
-KINDS = ("child-kill", "worker-kill", "connection-cut", "term-kill")
+KINDS = ("child-kill", "worker-kill", "connection-cut", "term-kill", "pause", "clock-step")
 #: How often each kind is chosen, relative to the others.
-WEIGHTS = {"child-kill": 5.0, "worker-kill": 2.0, "connection-cut": 3.0, "term-kill": 2.0}
+WEIGHTS = {"child-kill": 5.0, "worker-kill": 2.0, "connection-cut": 3.0, "term-kill": 2.0, "pause": 2.0,
+           "clock-step": 2.0}
+#: the wall-clock offsets (seconds) a clock step chooses among (0: set right)
+OFFSETS = (-3600.0, -600.0, 0.0, 600.0, 3600.0)
 
 
 @attrs.frozen
@@ -45,6 +50,8 @@ class Injector:
     kinds: tuple[str, ...] = KINDS
     #: seconds between the SIGTERM and the SIGKILL of a term-kill
     grace: float = 3.0
+    #: how long a pause lasts: MIN,MAX seconds
+    pause_length: tuple[float, float] = (10.0, 20.0)
     events: list[FaultEvent] = attrs.Factory(list)
     next_at: float = 0.0
 
@@ -102,6 +109,28 @@ class Injector:
         time.sleep(self.rng.uniform(*self.cut_length))
         self.proxy.restore()
         return FaultEvent("connection-cut", started, time.time(), -1)
+
+    def _pause(self) -> FaultEvent | None:
+        slot = self.rng.randrange(self.fleet.size)
+        generation, pid = self.fleet.generations[slot], self.fleet.pid(slot)
+        started = time.time()
+        if not self.fleet.stop_all(slot):
+            return None
+        try:
+            time.sleep(self.rng.uniform(*self.pause_length))  # the pause
+        finally:
+            self.fleet.resume_all(slot)
+        return FaultEvent("pause", started, time.time(), generation, pid)
+
+    def _clock_step(self) -> FaultEvent | None:
+        slot = self.rng.randrange(self.fleet.size)
+        now = self.fleet.clock_offset(slot)
+        if now is None:
+            return None
+        offset = self.rng.choice([offset for offset in OFFSETS if offset != now])
+        started = time.time()
+        self.fleet.set_clock(slot, offset)
+        return FaultEvent("clock-step", started, started, self.fleet.generations[slot], self.fleet.pid(slot))
 
     def count(self, kind: str) -> int:
         return sum(1 for event in self.events if event.kind == kind)

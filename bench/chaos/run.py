@@ -31,6 +31,9 @@ LOG_MARKS = {
     "ack failed": "Could not acknowledge",
     "tracebacks": "Traceback",
     "critical": "CRITICAL",
+    "leases lost (after a pause)": "Lost the leases",
+    "copies dropped": "the copy is dropped",
+    "wall clock jumps seen": "The wall clock jumped",
 }
 
 
@@ -62,6 +65,8 @@ class SoakOptions:
     long_seconds: float | None = None
     #: share of the tasks sent with a countdown longer than the visibility timeout (up to twice it)
     countdown_share: float = 0.0
+    #: how long a pause lasts: MIN,MAX seconds (default: 1.5 to 3 visibility timeouts)
+    pause_length: tuple[float, float] | None = None
 
     def plan(self, rng: random.Random) -> Plan:
         numbers = range(self.tasks)
@@ -167,10 +172,12 @@ def soak(kind: str, options: SoakOptions) -> Outcome:
                    WORKER_BROKER_TRANSPORT_OPTIONS=json.dumps(broker.transport_options))
         env.pop("WORKER_BROKER_URL", None)
         fleet = Fleet(_worker_args(options, broker.proxied_url, broker.queue), env, workdir,
-                      name=f"{broker.queue}-{{slot}}@localhost", size=options.workers)
+                      name=f"{broker.queue}-{{slot}}@localhost", size=options.workers,
+                      clocks="clock-step" in options.faults)
         fleet.start()
+        pause = options.pause_length or (1.5 * options.visibility_timeout, 3.0 * options.visibility_timeout)
         injector = Injector(fleet, broker.proxy, random.Random(seed), options.interval, options.cut_length,
-                            kinds=options.faults, grace=options.grace)
+                            kinds=options.faults, grace=options.grace, pause_length=pause)
         completed = _wait_for_all(ledger, fleet, injector, options.tasks, options.stall_timeout)
         ran = time.monotonic()
         quiet_limit = float(broker.transport_options.get("visibility_timeout", 0)) * 2 + 60
@@ -188,7 +195,8 @@ def soak(kind: str, options: SoakOptions) -> Outcome:
         _save(workdir, ledger, injector)
         outcome = Outcome(
             broker=kind,
-            verdict=judge(options.tasks, ledger.by_task(), injector.events, set(LOST_PROCESS.findall(logs))),
+            verdict=judge(options.tasks, ledger.by_task(), injector.events, set(LOST_PROCESS.findall(logs)),
+                          queued_in_children=options.pool != "threads" and options.pool != "solo"),
             faults={kind_: injector.count(kind_) for kind_ in KINDS},
             crashes=list(fleet.crashes),
             stalled=not completed,

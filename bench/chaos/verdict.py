@@ -16,8 +16,18 @@ An extra run of a task is explained by the fault between its previous run and it
   back: a worker still ran a message it had prefetched on the lost connection (whose
   acknowledgement cannot reach the broker), while the broker delivered it again.
 
-The first three are a process running the task dying; the cuts kill no process (RabbitMQ cannot
-take an acknowledgement for a delivery of a connection that is gone). Anything else is
+- ``pause: running``: the previous run was in a worker the soak then stopped (SIGSTOP, past
+  Redis's visibility timeout), and this one is another worker's, after the pause began: a task
+  running when its worker stood still runs where the broker gave its copy too (the documented
+  limit; the paused worker starts nothing else it lost);
+- ``pause: queued in a child``: the previous run was another worker's, after the pause began, and
+  this one the paused worker's, as it resumed: a job its prefork pool had written to a child
+  before the pause starts there before the worker can check its leases (the documented limit of
+  process pools).
+
+The first three are a process running the task dying; the cuts and pauses kill no process
+(RabbitMQ cannot take an acknowledgement for a delivery of a connection that is gone). A clock
+step explains nothing: a worker whose clock is off takes no lease and loses none. Anything else is
 ``unexplained`` and listed.
 """
 
@@ -34,11 +44,14 @@ from .ledger import Execution
 
 __all__ = ["CAUSES", "DEATHS", "Verdict", "judge"]
 
-CAUSES = ("child-kill", "worker-kill", "term-kill", "cut: ack lost", "cut: stale prefetch", "unexplained")
+CAUSES = ("child-kill", "worker-kill", "term-kill", "cut: ack lost", "cut: stale prefetch", "pause: running",
+          "pause: queued in a child", "unexplained")
 #: The causes in which a process running the task died.
 DEATHS = ("child-kill", "worker-kill", "term-kill")
 #: How long before a cut a message may have been prefetched and still be run after it.
 PREFETCH_WINDOW = 30.0
+#: How long after a pause a job queued in a child before it may start there (behind a long task).
+RESUME_WINDOW = 60.0
 
 
 @attrs.frozen
@@ -61,7 +74,7 @@ class Verdict:
 
 
 def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent],
-           lost_process: set[str]) -> str:
+           lost_process: set[str], queued_in_children: bool = True) -> str:
     same_generation = previous.generation == current.generation
     # sent again by its worker; another worker (or the next generation, after a warm shutdown
     # gave it back) may run it
@@ -78,6 +91,14 @@ def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent]
                 return "worker-kill"
             if event.kind == "term-kill" and previous.at <= event.ended <= current.at:
                 return "term-kill"
+    for event in events:
+        if event.kind != "pause" or previous.generation == current.generation:
+            continue
+        if previous.generation == event.generation and previous.at <= event.started <= current.at:
+            return "pause: running"
+        if (queued_in_children and current.generation == event.generation and previous.at >= event.started
+                and event.ended <= current.at <= event.ended + RESUME_WINDOW):
+            return "pause: queued in a child"
     if current.redelivered:
         cuts = [event for event in events if event.kind == "connection-cut" and event.started <= current.at]
         if any(event.ended >= previous.at for event in cuts):
@@ -88,8 +109,9 @@ def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent]
 
 
 def judge(tasks: int, by_task: dict[str, list[Execution]], events: Sequence[FaultEvent],
-          lost_process: set[str]) -> Verdict:
-    """:param lost_process: ids of the tasks the worker logged as having lost their process."""
+          lost_process: set[str], queued_in_children: bool = True) -> Verdict:
+    """:param lost_process: ids of the tasks the worker logged as having lost their process.
+    :param queued_in_children: whether the pool writes jobs to its processes ahead (prefork)."""
     expected = [f"t{number}" for number in range(tasks)]
     lost = tuple(task_id for task_id in expected if task_id not in by_task)
     duplicates: collections.Counter[str] = collections.Counter({cause: 0 for cause in CAUSES})
@@ -97,7 +119,7 @@ def judge(tasks: int, by_task: dict[str, list[Execution]], events: Sequence[Faul
     for runs in by_task.values():
         ordered = sorted(runs, key=lambda execution: execution.at)
         for previous, current in itertools.pairwise(ordered):
-            cause = _cause(previous, current, events, lost_process)
+            cause = _cause(previous, current, events, lost_process, queued_in_children)
             duplicates[cause] += 1
             if cause == "unexplained":
                 unexplained.append((previous, current))

@@ -28,8 +28,8 @@ name                                                used for
 redis-py ``Connection._sock``                       the BRPOP socket's identity (``CLIENT UNBLOCK`` on
                                                     close)
 **the acknowledgement batching** (``acks``)
-``QoS._remove_from_indices(self, delivery_tag,      an acknowledgement written at once (when nothing
-pipe=None)``                                        drives the channel)
+``QoS._remove_from_indices(self, delivery_tag,      kombu's reject and restore, which the batching
+pipe=None)``                                        leaves to kombu (acknowledgements go by script)
 ``Channel._consumers``                              whether the channel is being consumed
 ``MultiChannelPoller._channels``                    the channels whose acks each loop turn writes
 ``Channel._create_client(self, asynchronous=False)``  one client per channel instead of one per call
@@ -70,7 +70,7 @@ from worker_core.fastpaths import Check, FastPath, FastPaths, Library, reads, si
 
 __all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
            "envelope_of", "flush_reauth", "forget", "has_consumers", "in_protected_read", "kombus_poll_start",
-           "new_client", "paused", "queue_cycle", "remove_record", "restore_message", "send_brpop",
+           "new_client", "paused", "queue_cycle", "restore_message", "send_brpop",
            "set_waiting", "socket_of", "waiting"]
 
 logger = logging.getLogger(__name__)
@@ -254,11 +254,6 @@ def has_consumers(channel: Any) -> bool:
 def new_client(channel: Any) -> Any:
     """A client on the channel's pool, made as kombu makes them."""
     return channel._create_client()
-
-
-def remove_record(qos: Any, delivery_tag: str) -> None:
-    """Drop a message's unacked record now (ZREM and HDEL in one pipeline)."""
-    qos._remove_from_indices(delivery_tag).execute()
 
 
 def channels_of(poller: Any) -> Any:

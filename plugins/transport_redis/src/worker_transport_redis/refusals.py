@@ -23,8 +23,16 @@ _MEANINGS = {
 
 def refusal(exc: BaseException) -> str | None:
     """What a Redis refusal means (``out of memory (...)``), or None when ``exc`` is no refusal."""
-    from redis.exceptions import BusyLoadingError, OutOfMemoryError, ReadOnlyError, ResponseError
+    from redis.exceptions import (
+        BusyLoadingError,
+        MasterDownError,
+        OutOfMemoryError,
+        ReadOnlyError,
+        ResponseError,
+    )
 
+    if isinstance(exc, MasterDownError):
+        return _MEANINGS["MASTERDOWN"]
     if isinstance(exc, OutOfMemoryError):
         return _MEANINGS["OOM"]
     if isinstance(exc, ReadOnlyError):
