@@ -4,7 +4,9 @@ returning a coroutine; ``self.request`` and context variables are each coroutine
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from apps import aio
@@ -50,6 +52,19 @@ def test_each_coroutine_sees_its_own_request_and_context_variables(worker: Worke
         assert info["tenant"] == f"marker-{index}"
     if pool == "asyncio":  # they ran at once, on one loop of one process
         assert len({(info["pid"], info["loop"]) for info in seen}) == 1
+
+
+def test_the_handlers_around_a_coroutine_run_in_its_own_context(worker: WorkerProcess, pool: str,
+                                                                 tmp_path: Path) -> None:
+    path = tmp_path / "handlers"
+    results = [aio.around.delay(str(path)) for _ in range(4)]
+    seen = [result.get(timeout=20) for result in results]
+    assert seen == [[f"set before {result.id}", result.id] for result in results]  # before_start's variable
+    notes = {note["request"]: note for note in map(json.loads, path.read_text().splitlines())}
+    assert sorted(notes) == sorted(result.id for result in results)
+    assert all(note["tenant"] == f"set before {task_id}" for task_id, note in notes.items())
+    if pool == "asyncio":  # off the loop, in a thread of the loop process
+        assert all("-io" in note["thread"] for note in notes.values()), notes
 
 
 def test_the_loop_of_a_process_or_thread_is_kept_for_the_next_task(worker: WorkerProcess, pool: str) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import os
 import threading
 import time
 from pathlib import Path
 
-from worker_core import App
+from worker_core import App, Task
 from worker_core.exceptions import SoftTimeLimitExceeded
 
 app = App("aio")
@@ -147,3 +148,87 @@ async def cancellable(started, marker, seconds=30.0):
 @app.task
 async def pid():
     return os.getpid()
+
+
+@app.task(acks_late=True)
+async def late_nap(seconds, value=None):
+    await asyncio.sleep(seconds)
+    return value
+
+
+@app.task(rate_limit="4/s")
+async def limited():
+    await asyncio.sleep(0)
+    return time.time()
+
+
+@app.task
+async def started_at():
+    await asyncio.sleep(0)
+    return time.time()
+
+
+def _note(path, text):
+    with open(path, "a") as file:
+        file.write(f"{text}\n")
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+async def crash_once(self, marker):
+    """Takes its process down the first time it runs (as a crash in a C extension would), and
+    succeeds when it runs again."""
+    _note(marker, os.getpid())
+    if len(Path(marker).read_text().split()) == 1:
+        import ctypes
+
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+    return "survived"
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+async def crash_always(self, counter):
+    """Takes its process down every time it runs: a poison message."""
+    _note(counter, os.getpid())
+    await asyncio.sleep(0.2)  # its neighbours are running when it crashes
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+async def bystander(self, runs, seconds):
+    """Notes each of its runs, then awaits: a coroutine running beside one that crashes."""
+    _note(runs, self.request.id)
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+@app.task(bind=True, acks_late=True)
+async def late_until_cancelled(self, started, cancelled, seconds=60.0):
+    """Notes its start, awaits, and notes its cancellation as it unwinds."""
+    _note(started, self.request.id)
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _note(cancelled, self.request.id)
+        raise
+    return "not cancelled"
+
+
+class Around(Task):
+    """Handlers that set and read a context variable and the request around an ``async def``
+    task: they run in the task's own context, wherever the pool runs them."""
+
+    def before_start(self, task_id, args, kwargs):
+        tenant.set(f"set before {task_id}")
+
+    def on_success(self, retval, task_id, args, kwargs):
+        _note(args[0], json.dumps({"tenant": tenant.get(), "request": self.request.id,
+                                   "thread": threading.current_thread().name}))
+
+
+@app.task(base=Around, bind=True)
+async def around(self, path):
+    seen = tenant.get()
+    await asyncio.sleep(0.05)
+    return [seen, self.request.id]

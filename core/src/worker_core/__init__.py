@@ -21,7 +21,8 @@ their imports):
 - a result backend: :mod:`worker_core.results` (task states, Celery's stored format, the result
   serializers);
 - an autoscaler: :mod:`worker_core.autoscale` (the default autoscaler, to build on);
-- a pool with an event loop: :mod:`worker_core.aio` (running ``async def`` tasks);
+- a pool with an event loop: :mod:`worker_core.aio` (running ``async def`` tasks, and the threads
+  that do the synchronous work around them);
 - clients and workers: :mod:`worker_core.canvas` (signatures and workflows).
 
 Every other module is an implementation detail and may change without notice.

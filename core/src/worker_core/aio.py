@@ -5,6 +5,10 @@
   executor may register its own with :func:`register_async_form`), and drives each job's coroutine through an
   :class:`Interruptible`, so a soft time limit raises ``SoftTimeLimitExceeded`` inside the task
   at its next ``await``.
+- What is synchronous around such a job (storing its states, sending what follows it, the hooks
+  and handlers around it) runs in a thread, so the loop never waits on a result backend or a
+  broker: in the executor a pool sets for that in each of its processes
+  (:func:`set_blocking_executor`), else in the running loop's default one.
 - A pool without a loop (prefork, threads, solo) runs an ``async def`` task to completion with
   :func:`run_coroutine`, on a loop of the running thread kept for the next one.
 
@@ -17,11 +21,13 @@ import asyncio
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from concurrent.futures import Executor
 from typing import Any
 
 from .exceptions import SoftTimeLimitExceeded
 
-__all__ = ["Interruptible", "async_form", "register_async_form", "run_coroutine", "thread_loop"]
+__all__ = ["Interruptible", "async_form", "blocking_executor", "register_async_form", "run_coroutine",
+           "set_blocking_executor", "thread_loop"]
 
 _forms: dict[Callable[..., Any], tuple[Callable[..., Awaitable[Any]], Callable[..., bool] | None]] = {}
 
@@ -47,6 +53,23 @@ def async_form(target: Callable[..., Any], args: Sequence[Any] = (),
     if when is not None and not when(*args, **(kwargs or {})):
         return None
     return form
+
+
+_blocking: Executor | None = None
+
+
+def set_blocking_executor(executor: Executor | None) -> None:
+    """Run the synchronous work around this process's ``async def`` jobs (storing their states,
+    sending what follows them, their hooks and handlers) in ``executor``'s threads: a pool with
+    a loop sets one of its own in each of its processes, where the threads its tasks start with
+    ``asyncio.to_thread`` cannot crowd it out. None: the running loop's default executor."""
+    global _blocking
+    _blocking = executor
+
+
+def blocking_executor() -> Executor | None:
+    """The executor :func:`set_blocking_executor` set in this process, or None."""
+    return _blocking
 
 
 class Interruptible:

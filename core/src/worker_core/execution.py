@@ -8,14 +8,18 @@ log, hooks and acknowledgement rules.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import os
 import traceback
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from .aio import register_async_form, run_coroutine
+import attrs
+
+from .aio import blocking_executor, register_async_form, run_coroutine
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
 from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry, TaskRevokedError
@@ -105,33 +109,48 @@ def execute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fi
         another; None for a plain task.
     """
     steps = _steps(name, task_id, args, kwargs, fields, log_result, embed)
+    step = _advance(steps)
+    if step is _OFF_LOOP:
+        step = _advance(steps)
+    if not isinstance(step, _Await):
+        done: Outcome = step
+        return done
     try:
-        coroutine = next(steps)
-    except StopIteration as done:
-        outcome: Outcome = done.value
-        return outcome
-    try:
-        value = run_coroutine(coroutine)
+        value = run_coroutine(step.coroutine)
     except BaseException as exc:
-        return _resume(steps, None, exc)
-    return _resume(steps, value, None)
+        return _finish(steps, None, exc)
+    return _finish(steps, value, None)
 
 
 async def aexecute(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
                    log_result: bool, embed: Mapping[str, Any] | None = None) -> Outcome:
     """:func:`execute` on a running event loop: an ``async def`` task is awaited there (its
-    cancellation propagates: the pool that cancelled it reports the outcome)."""
+    cancellation propagates: the pool that cancelled it reports the outcome), and what blocks
+    around it (storing its states, sending what follows it, hooks and handlers) runs in a thread
+    (:func:`worker_core.aio.set_blocking_executor`), so the loop never waits on a backend or a
+    broker. It returns once its state is stored, as :func:`execute` does.
+
+    The job's request and context variables live in one context of its own, in which the task's
+    coroutine and every part of the work around it run, wherever they run."""
+    context = contextvars.copy_context()
     steps = _steps(name, task_id, args, kwargs, fields, log_result, embed)
+    step = context.run(_advance, steps)
+    interrupted: BaseException | None = None
+    if step is _OFF_LOOP:
+        step, interrupted = await _off_loop(context, _advance, steps)
+    if not isinstance(step, _Await):
+        done: Outcome = step
+        return done
+    error: BaseException | None = None
     try:
-        coroutine = next(steps)
-    except StopIteration as done:
-        outcome: Outcome = done.value
-        return outcome
-    try:
-        value = await coroutine
+        value = await _InContext(step.coroutine, context, interrupted)
     except BaseException as exc:
-        return _resume(steps, None, exc)
-    return _resume(steps, value, None)
+        value, error = None, exc
+    if not step.blocks_after or not (error is None or isinstance(error, Exception)):
+        return context.run(_finish, steps, value, error)  # (a cancellation stores nothing)
+    # the task has ended: what interrupts it now comes too late to change its outcome
+    outcome: Outcome = (await _off_loop(context, _finish, steps, value, error))[0]
+    return outcome
 
 
 def _awaits(name: str, *rest: Any, **more: Any) -> bool:
@@ -143,7 +162,32 @@ def _awaits(name: str, *rest: Any, **more: Any) -> bool:
 register_async_form(execute, aexecute, _awaits)
 
 
-def _resume(steps: Generator[Any, Any, Outcome], value: Any, exc: BaseException | None) -> Outcome:
+#: the hooks called after a task ran
+_TAIL_HOOKS = frozenset({"task_postrun", "task_success", "task_failure", "task_retry"})
+
+#: what :func:`_steps` yields first when the work before the task blocks (storing STARTED, a hook,
+#: a handler, a workflow's checks): :func:`aexecute` goes on in a thread, :func:`execute` as it is
+_OFF_LOOP = object()
+
+
+@attrs.frozen
+class _Await:
+    """What :func:`_steps` yields for an ``async def`` task: its coroutine to await, and whether
+    what follows it blocks (a state to store, a workflow, hooks or handlers)."""
+
+    coroutine: Coroutine[Any, Any, Any]
+    blocks_after: bool
+
+
+def _advance(steps: Generator[Any, Any, Outcome]) -> Any:
+    """Run :func:`_steps` to what it yields next, or to the :class:`Outcome` it returns."""
+    try:
+        return next(steps)
+    except StopIteration as done:
+        return done.value
+
+
+def _finish(steps: Generator[Any, Any, Outcome], value: Any, exc: BaseException | None) -> Outcome:
     """Give the task's coroutine's value (or exception) back to :func:`_steps`, which finishes."""
     try:
         if exc is None:
@@ -156,10 +200,57 @@ def _resume(steps: Generator[Any, Any, Outcome], value: Any, exc: BaseException 
     raise RuntimeError("the executor awaited a task twice")
 
 
+async def _off_loop(context: contextvars.Context, fn: Callable[..., Any], *args: Any
+                    ) -> tuple[Any, BaseException | None]:
+    """``fn(*args)`` in ``context``, in a thread of the blocking executor: what it returns, and
+    what interrupted the caller meanwhile (a cancellation, a soft time limit) or None. It waits
+    for ``fn`` to end whatever comes: the task's steps cannot be left half run. What ``fn``
+    raises is raised."""
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(blocking_executor(), context.run, fn, *args)
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            return await asyncio.shield(future), interrupted
+        except BaseException as exc:
+            if future.done():
+                raise
+            interrupted = exc
+
+
+class _InContext:
+    """Awaits ``coroutine`` with each of its steps run in ``context``; ``first`` (when given) is
+    raised in it at its start (what interrupted the work before it)."""
+
+    __slots__ = ("_context", "_coroutine", "_first")
+
+    def __init__(self, coroutine: Awaitable[Any], context: contextvars.Context,
+                 first: BaseException | None) -> None:
+        self._coroutine = coroutine
+        self._context = context
+        self._first = first
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        run, coro = self._context.run, self._coroutine.__await__()
+        send: Any = None
+        throw, self._first = self._first, None
+        while True:
+            try:
+                yielded = run(coro.send, send) if throw is None else run(coro.throw, throw)
+            except StopIteration as done:
+                return done.value
+            send, throw = None, None
+            try:
+                send = yield yielded
+            except BaseException as exc:
+                throw = exc
+
+
 def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fields: tuple[Any, ...],
            log_result: bool, embed: Mapping[str, Any] | None) -> Generator[Any, Any, Outcome]:
     """What :func:`execute` and :func:`aexecute` do, as a generator: it yields an ``async def``
-    task's coroutine once, to be awaited, and is given back its value (or its exception)."""
+    task's coroutine once (an :class:`_Await`), to be awaited, and is given back its value (or
+    its exception); before it, :data:`_OFF_LOOP` when what comes first blocks."""
     app = _app
     assert app is not None, "worker_core.execution.install() must run before tasks execute"
     if _admit is not None and not _admit(task_id):
@@ -178,6 +269,9 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
     serializer = task.result_serializer
     started = perf_counter()
     workflow: Workflow | None = None
+    if task.is_async and (embed is not None or (store and task.track_started) or "task_prerun" in hooks
+                          or "before_start" in handlers):
+        yield _OFF_LOOP
     if embed is not None:
         from .canvas.after import Workflow
 
@@ -206,7 +300,8 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
                 task.before_start(task_id, args, kwargs)
             retval = task(*args, **kwargs) if task.overrides_call else task.run(*args, **kwargs)
             if task.is_async:
-                retval = yield retval
+                retval = yield _Await(retval, store or workflow is not None or bool(handlers)
+                                      or not _TAIL_HOOKS.isdisjoint(hooks))
         except Retry as exc:
             runtime = perf_counter() - started
             reason = exc.exc if exc.exc is not None else exc

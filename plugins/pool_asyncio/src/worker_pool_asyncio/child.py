@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from worker_core.aio import Interruptible, async_form
+from worker_core.aio import Interruptible, async_form, set_blocking_executor
 from worker_core.exceptions import SoftTimeLimitExceeded
 
 from . import frames
@@ -47,6 +47,7 @@ class ChildConfig:
     result_fd: int
     close_fds: tuple[int, ...]
     threads: int
+    io_threads: int
     loop: str  # "auto", "uvloop" or "asyncio"
     stall_after: float
     initializer: Callable[[], None] | None = attrs.field(default=None, eq=False)
@@ -106,6 +107,9 @@ class LoopProcess:
         self._flush_scheduled = False
         self._writing = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._blocking = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(config.io_threads, 1), thread_name_prefix=f"{config.name}-io"
+        )
         self._stopping = False
         self._done: asyncio.Future[int] | None = None
         self._loop_thread = threading.get_ident()
@@ -160,6 +164,7 @@ class LoopProcess:
     def run(self) -> int:
         loop = self.loop
         asyncio.set_event_loop(loop)
+        set_blocking_executor(self._blocking)
         os.set_blocking(self.config.job_fd, False)
         watch = None
         if self.config.stall_after > 0:
@@ -174,6 +179,7 @@ class LoopProcess:
         self.flush_blocking()
         if self._executor is not None:
             self._executor.shutdown(wait=code == 0, cancel_futures=True)
+        self._blocking.shutdown(wait=code == 0, cancel_futures=True)
         if code == 0 and self.config.finalizer is not None:
             try:
                 self.config.finalizer(0)

@@ -160,6 +160,7 @@ class Engine:
         concurrency: int,
         processes: int,
         threads: int | None,
+        io_threads: int,
         loop: str,
         stall_after: float,
         cancel_grace: float,
@@ -170,6 +171,7 @@ class Engine:
         self.concurrency = concurrency
         self.processes = processes
         self.threads_option = threads
+        self.io_threads = io_threads
         self.loop_kind = loop
         self.stall_after = stall_after
         self.cancel_grace = cancel_grace
@@ -285,6 +287,7 @@ class Engine:
             result_fd=result_w,
             close_fds=(*inherited, job_w, result_r),
             threads=threads,
+            io_threads=self.io_threads,
             loop=self.loop_kind,
             stall_after=self.stall_after,
             initializer=self.initializer,

@@ -4,6 +4,8 @@
   share of ``-c``, to use N cores.
 - ``--asyncio-threads N``: threads per process for plain (not ``async def``) functions
   (default: the process's share of ``-c``, at most 16).
+- ``--asyncio-io-threads N``: threads per process that store results and run the rest of the
+  synchronous work around each ``async def`` task, off the loop (default 4).
 - ``--asyncio-loop auto|uvloop|asyncio``: the event loop (``auto``: uvloop when installed).
 - ``--asyncio-stall-after SECONDS``: log a loop that does not turn for that long (0.5; 0: off).
 - ``--asyncio-cancel-grace SECONDS``: how long a cancelled coroutine may take to end before its
@@ -60,6 +62,14 @@ def worker_options() -> list[OptionSpec]:
             default=None,
             help="asyncio pool: threads per process for plain functions (default: its share of -c, "
             "at most 16).",
+        ),
+        OptionSpec(
+            "asyncio_io_threads",
+            ("--asyncio-io-threads",),
+            convert=_number(int, zero=False),
+            default=4,
+            help="asyncio pool: threads per process that store the results of async def tasks (and "
+            "run the hooks and sends around them) off the loop (default 4).",
         ),
         OptionSpec(
             "asyncio_loop",

@@ -15,6 +15,10 @@ processes (one by default), each loop running its share.
   ``--asyncio-cancel-grace`` seconds after its cancellation (it swallows ``CancelledError``, or
   blocks its loop) is reported and its process replaced: the process takes no more jobs, and
   exits once its other jobs are done.
+- **Off the loop**: what is synchronous around an ``async def`` task (storing its result,
+  sending what follows it, hooks and handlers) runs in ``--asyncio-io-threads`` threads of its
+  process (:func:`worker_core.aio.set_blocking_executor`); the job's outcome comes back once its
+  result is stored, so the worker acknowledges after the store, as with every pool.
 - **Stalls**: a loop that does not turn for ``--asyncio-stall-after`` seconds (a blocking call
   in a coroutine) is logged with the task that blocks it and for how long.
 - **Threads and callbacks**: the pool runs one thread of its own (an asyncio loop over the
@@ -93,6 +97,7 @@ class AsyncioPool:
         extra = options.extra
         _positive(options, "asyncio_processes", extra.get("asyncio_processes", 1), integer=True)
         _positive(options, "asyncio_threads", extra.get("asyncio_threads"), integer=True)
+        _positive(options, "asyncio_io_threads", extra.get("asyncio_io_threads", 4), integer=True)
         _positive(
             options, "asyncio_stall_after", extra.get("asyncio_stall_after", 0.5), integer=False, zero=True
         )
@@ -120,6 +125,7 @@ class AsyncioPool:
             concurrency=options.concurrency,
             processes=extra.get("asyncio_processes", 1),
             threads=extra.get("asyncio_threads"),
+            io_threads=extra.get("asyncio_io_threads", 4),
             loop=extra.get("asyncio_loop", "auto"),
             stall_after=extra.get("asyncio_stall_after", 0.5),
             cancel_grace=extra.get("asyncio_cancel_grace", 2.0),
