@@ -60,7 +60,7 @@ test-fast: venv
 STOCK_TESTS := tests/test_redis_transport.py tests/test_amqp_transport.py tests/test_amqp_decoding.py \
                tests/test_transport_contract.py tests/test_broker_faults.py tests/test_fuzz_envelopes.py \
                tests/test_fuzz_messages.py tests/test_interop_celery.py tests/test_task_api.py tests/test_tls.py \
-               tests/test_warm_shutdown.py
+               tests/test_warm_shutdown.py tests/test_full_broker.py
 
 test-stock: venv
 	WORKER_STOCK_KOMBU=1 WORKER_NO_EXTENSIONS=1 $(BIN)/python -m pytest $(PYTEST_XDIST) $(STOCK_TESTS)

@@ -48,9 +48,9 @@ def _stats(name: str) -> dict:
 
 
 def _unexpected(log: str) -> list[str]:
-    """The log's lines that are not a task received or done (nor the banner)."""
-    return [line for line in log.splitlines() if line.startswith("[")
-            and " received" not in line and " succeeded in " not in line and " ready." not in line]
+    """The log's warnings and errors."""
+    return [line for line in log.splitlines()
+            if line.startswith("[") and any(level in line for level in ("WARNING/", "ERROR/", "CRITICAL/"))]
 
 
 def _out_of_memory(url: str) -> None:
