@@ -310,3 +310,24 @@ def workers(request: pytest.FixtureRequest, tmp_path: Path):
     if call is not None and call.failed:  # the workers' logs go with the failure's report
         for worker in factory.started:
             print(f"--- {worker.log_path.name} ---\n{worker.log()[-20000:]}")
+
+
+# -- a Redis Cluster of the suite's own ------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory):
+    """Six redis-server processes on free ports (three primaries, a replica each), made one cluster
+    with ``redis-cli --cluster create``, shared by the tests of this pytest process and stopped at
+    its end. A test that kills or moves something leaves the cluster healthy again."""
+    from redis_cluster import RedisCluster
+    from tls_servers import require_program
+
+    require_program("redis-server")
+    require_program("redis-cli")
+    cluster = RedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

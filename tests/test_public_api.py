@@ -170,6 +170,7 @@ MODULES = {
     "worker_transport_amqp": ["AmqpTransport"],
     "worker_transport_redis": ["RedisBackend", "RedisTransport"],
     "worker_transport_postgres": ["PostgresBackend", "PostgresTransport", "enqueue_in"],
+    "worker_transport_redis_cluster": ["RedisClusterBackend", "RedisClusterTransport"],
     "worker_autoscale_backlog": ["BacklogAutoscaler"],
     "worker_beat": ["BeatService", "ScheduleSource", "crontab", "every"],
     "worker_celery": ["CeleryApp", "CeleryLoader", "CeleryResultBackend"],

@@ -127,15 +127,19 @@ class TcpProxy:
 @contextlib.contextmanager
 def proxied(url: str, default_port: int | None = None) -> Iterator[tuple[TcpProxy, str] | None]:
     """A proxy in front of the server ``url`` names and the same URL through it, or ``None`` when
-    the URL names no host (a broker in a local file needs no network)."""
+    the URL names no host (a broker in a local file needs no network). A URL naming several
+    hosts (``h1:6379,h2:6379``, as cluster and libpq URLs do) gets the proxy in front of its first
+    host, the others kept as they are."""
     parts = urlsplit(url)
-    port = parts.port or default_port
-    if not parts.hostname or not port:
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    first, comma, others = hosts.partition(",")
+    single = urlsplit(f"{parts.scheme}://{first}")
+    port = single.port or default_port
+    if not single.hostname or not port:
         yield None
         return
-    proxy = TcpProxy(parts.hostname, port)
-    userinfo = parts.netloc.rpartition("@")[0]
-    netloc = f"{userinfo}@127.0.0.1:{proxy.port}" if userinfo else f"127.0.0.1:{proxy.port}"
+    proxy = TcpProxy(single.hostname, port)
+    netloc = f"{userinfo}{at}127.0.0.1:{proxy.port}{comma}{others}"
     try:
         yield proxy, urlunsplit(parts._replace(netloc=netloc))
     finally:
