@@ -104,7 +104,7 @@ class Subscriber:
         leaving = [channel for channel in self._where if channel not in self._wanted]
         for left, gone in _by_link(self._where, leaving).items():
             self._unsubscribe(left, gone)
-        placing = self._wanted if full else {channel for channel in self._wanted if channel not in self._where}
+        placing = self._wanted if full else self._wanted - self._where.keys()
         homes: dict[str, set[str]] = {}
         for channel in placing:
             home = self._home(channel)
