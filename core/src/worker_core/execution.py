@@ -22,6 +22,7 @@ import attrs
 from .aio import blocking_executor, register_async_form, run_coroutine
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
+from .canvas.after import Workflow
 from .exceptions import CanvasError, Ignore, Reject, ResultError, Retry, TaskRevokedError
 from .protocol import parse_iso, safe_repr, shown, utcnow
 from .results.meta import FAILURE, IGNORED, REJECTED, RETRY, REVOKED, STARTED, SUCCESS
@@ -273,8 +274,6 @@ def _steps(name: str, task_id: str, args: list[Any], kwargs: dict[str, Any], fie
                           or "before_start" in handlers):
         yield _OFF_LOOP
     if embed is not None:
-        from .canvas.after import Workflow
-
         try:
             workflow = Workflow.read(app, embed, context)
         except CanvasError as exc:

@@ -15,6 +15,8 @@ from typing import Any
 import attrs
 
 from .exceptions import ConfigurationError
+from .nodenames import default_nodename, host_format
+from .revoked import RevokedIds
 
 __all__ = [
     "LOGLEVELS",
@@ -85,8 +87,6 @@ def _state_file(path: str | None) -> None:
                                  "give another path")
     if os.path.isdir(path):
         raise ConfigurationError(f"--statedb {path!r} is a directory; give a file path in it")
-    from .revoked import RevokedIds
-
     try:
         RevokedIds().load(path)
     except ValueError as exc:
@@ -251,8 +251,6 @@ def parse_hostname(text: str, host: str | None = None) -> str:
     name without ``@`` is a host (``-n w1`` is ``celery@w1``); ``%h`` (this host's name), ``%n``
     (its first label), ``%d`` (its domain), ``%i`` (0), ``%I`` (nothing) and ``%%`` are expanded
     (see :mod:`worker_core.nodenames`)."""
-    from .nodenames import default_nodename, host_format
-
     return host_format(default_nodename(text), host)
 
 

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote
 
+from .protocol.message import safe_repr
+
 __all__ = [
     "MASK",
     "SecretFilter",
@@ -85,8 +87,6 @@ def redact_value(name: str, value: Any) -> Any:
         return [redact_value(name, item) for item in value]
     if value is None or isinstance(value, (int, float, bool)):
         return value
-    from .protocol.message import safe_repr
-
     return safe_repr(value)
 
 

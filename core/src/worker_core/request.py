@@ -11,8 +11,9 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .app.context import TaskContext
+from .app.context import TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_in_main_process
+from .canvas.after import Workflow
 from .exceptions import (
     JobWithdrawn,
     PoolError,
@@ -458,9 +459,6 @@ class Request:
         embed = self.workflow_embed()
         if embed is None:
             return
-        from .app.context import pop, push
-        from .canvas.after import Workflow
-
         envelope = self.envelope
         context = TaskContext(self.id, self.name, envelope.args, envelope.kwargs, *self.message_fields())
         context.called_directly = False

@@ -665,8 +665,7 @@ class App:
 
         :raise ConfigurationError: the module or the app cannot be found or adapted, saying why.
         """
-        from .. import signing
-        from .loader import load_app
+        from .loader import load_app  # the loader finds Apps in modules: it imports this one
 
         app = load_app(spec, plugins if plugins is not None else PluginManager())
         serializers = [task.serializer for task in app.tasks.values()]

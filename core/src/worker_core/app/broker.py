@@ -10,7 +10,9 @@ import kombu
 
 from ..options import parse_brokers, scheme_of
 from ..plugins.manager import PluginManager
+from ..selection import DEFAULT_BROKER
 from ..slots import RewritesUrls
+from .queues import Topology
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -61,8 +63,6 @@ def _failover(plugins: PluginManager, name: str) -> Any:
 def broker_urls(settings: Settings) -> tuple[str, ...]:
     """The broker URLs the settings name (``broker_url``, ``;``-separated for failover), else the
     embedded transport's."""
-    from ..selection import DEFAULT_BROKER
-
     return parse_brokers(settings.broker_url) if settings.broker_url else (DEFAULT_BROKER,)
 
 
@@ -92,7 +92,5 @@ def task_queue(name: str, settings: Settings) -> Queue:
     """The task queue ``name`` as the settings declare it: from ``task_queues``, else made as
     Celery makes a queue (a durable queue bound to a direct exchange of its name), so Celery and
     this worker can share it on RabbitMQ."""
-    from .queues import Topology
-
     queue: Queue = Topology.from_settings(settings).queue(name)
     return queue

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..exceptions import AppImportError, ConfigurationError
+from ..plugins.entrypoints import KNOWN_DISTRIBUTIONS
+from ..plugins.manager import PluginManager
 from .base import App
 
 if TYPE_CHECKING:
@@ -100,8 +102,6 @@ def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
              no_app: Callable[[], str]) -> App:
     """The app an installed app loader makes of ``spec``, else the error: ``no_app()``, or which
     distribution to install when one of ``values`` is a known framework's app."""
-    from ..plugins.manager import PluginManager
-
     manager = plugins if plugins is not None else PluginManager(autoload=False)
     for name in manager.names("app_loader"):
         app = manager.slot("app_loader", name).load(spec)
@@ -116,8 +116,6 @@ def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
             if loader in manager.blocked:
                 fix = f"its app loader {loader!r} is blocked by {manager.blocked_by(loader)}: remove that"
             else:
-                from ..plugins.entrypoints import KNOWN_DISTRIBUTIONS
-
                 distribution = KNOWN_DISTRIBUTIONS.get(("app_loader", loader), f"a {loader} app loader")
                 fix = f"to run it with this worker, install {distribution}: pip install {distribution}"
             raise ConfigurationError(f"-A {spec} names {what} ({cls.__module__}.{cls.__qualname__}); {fix}")

@@ -19,8 +19,10 @@ from typing import Any
 import attrs
 
 from ..exceptions import ConfigurationError
-from ..options import did_you_mean
+from ..options import did_you_mean, parse_brokers, scheme_of
 from ..redaction import redact_url, redact_value
+from .queues import check_queues
+from .routes import check_routes
 
 __all__ = ["ENV_PREFIX", "OWN_SETTINGS", "SERIALIZER_LIBRARIES", "Settings", "check_environment",
            "check_serializers", "result_accept", "settings_from"]
@@ -92,8 +94,6 @@ def _name(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 def _broker_urls(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str):
         return
-    from ..options import parse_brokers, scheme_of
-
     urls = parse_brokers(value)
     schemes = sorted({scheme_of(url) for url in urls})
     if len(schemes) > 1:
@@ -146,14 +146,10 @@ def _zone(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
 
 
 def _queues(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    from .queues import check_queues
-
     check_queues(value)
 
 
 def _routes(_inst: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    from .routes import check_routes
-
     check_routes(value, resolve=False)
 
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
-from ..exceptions import PoolError
+from ..exceptions import ConfigurationError, PoolError
 
 if TYPE_CHECKING:
     from ..slots import Autoscaler
@@ -31,8 +31,6 @@ def keepalive_from_environment() -> float:
     try:
         value = float(text)
     except ValueError:
-        from ..exceptions import ConfigurationError
-
         raise ConfigurationError(f"AUTOSCALE_KEEPALIVE must be a number of seconds (got {text!r})") from None
     return value
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from .blueprint import Blueprint
 from .graph import Edge, Provider, StepGraph, resolve
+from .render import render as _render
 from .step import Condition, Step
 
 FORMATS = ("dot", "mermaid", "text", "json")
@@ -14,8 +15,6 @@ FORMATS = ("dot", "mermaid", "text", "json")
 
 def render(*args: Any, **kwargs: Any) -> str:
     """Render resolved blueprints (see :func:`worker_core.bootsteps.render.render`)."""
-    from .render import render as _render
-
     return _render(*args, **kwargs)
 
 __all__ = ["FORMATS", "Blueprint", "Condition", "Edge", "Provider", "Step", "StepGraph", "render", "resolve"]

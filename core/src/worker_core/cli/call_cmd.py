@@ -9,6 +9,7 @@ import click
 from kombu.utils.json import dumps
 
 from ..exceptions import ResultTimeout, WorkerError
+from ..redaction import redact_url
 from ..results.meta import PENDING
 from .common import client_app, fail
 
@@ -87,8 +88,6 @@ def call(task_name: str, app_spec: str | None, broker: str | None, args_json: st
 
 def _not_finished(app: Any, task_name: str, result: Any, queue: str | None, seconds: float) -> str:
     """Why ``--wait`` gave up, and what to check: most often no worker consumes that queue."""
-    from ..redaction import redact_url
-
     try:
         state = result.state
     except Exception:  # the backend failed after the wait: the timeout is still the news

@@ -12,6 +12,12 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from .. import signing
+from ..app.base import App
+from ..app.loader import load_app
+from ..app.queues import Topology
+from ..app.settings import OTHER_VARIABLES, Settings, check_environment, check_serializers, settings_from
+from ..consumer.connect import Connector
 from ..exceptions import ConfigurationError, WorkerError
 from ..nodenames import node_format
 from ..options import (
@@ -25,6 +31,18 @@ from ..options import (
 )
 from ..plugins.manager import PluginManager
 from ..selection import Selection
+from ..slots import ForeignApp
+from .celery_options import (
+    SCHEDULING_NAMES,
+    check_disable_prefetch,
+    check_pool,
+    check_start_method,
+    exclude_queues,
+    parse_concurrency,
+    parse_worker_autoscale,
+    placeholders,
+)
+from .globals import global_options
 from .plugin_options import DeclaredOption, resolve_plugin_options
 
 __all__ = [
@@ -148,8 +166,6 @@ class PluginCommand(click.Command):
                 taken.update(spec.flags)
                 names.add(spec.name)
                 self.plugin_options[spec.name] = DeclaredOption(spec, provider)
-        from .celery_options import placeholders
-
         self.params.extend(placeholders(taken, manager))
 
     @property
@@ -184,8 +200,6 @@ def _click_option(spec: OptionSpec) -> click.Option:
 def worker_option_decorators() -> list[Callable[[F], F]]:
     """The options ``workerctl worker`` and ``workerctl steps`` share: every option of Celery's
     ``celery worker`` (with the global ones), and this worker's own."""
-    from .globals import global_options
-
     return [
         click.option("-A", "--app", help="Tasks module: module or module:attribute."),
         click.option("-P", "--pool", help="Pool by name: prefork, threads, solo, or a plugin's."),
@@ -261,16 +275,6 @@ def options_from_params(
     :param plugin_values: the values of the options plugins declared (see :func:`plugin_values`);
         they go to ``extra``.
     """
-    from .celery_options import (
-        SCHEDULING_NAMES,
-        check_disable_prefetch,
-        check_pool,
-        check_start_method,
-        exclude_queues,
-        parse_concurrency,
-        parse_worker_autoscale,
-    )
-
     base = defaults or WorkerOptions()
     changes: dict[str, Any] = {}
     simple = (
@@ -338,8 +342,6 @@ def plugin_values(command: PluginCommand, params: Mapping[str, Any], manager: Pl
     """The value of every option plugins declared on ``command``: ``params`` (the command line)
     over ``WORKER_<OPTION_NAME>`` over ``settings.worker_plugin_options`` (settings from the
     environment alone without an app) over each option's default."""
-    from ..app.settings import OTHER_VARIABLES, Settings, settings_from
-
     for name, option in command.plugin_options.items():
         if name.lower() in Settings.names() or option.variable in OTHER_VARIABLES:
             raise ConfigurationError(
@@ -379,12 +381,6 @@ def prepare_app(
     configuration says to the defaults. ``configure(app)`` changes the app's settings first
     (the command line's ``--config``, ``--result-backend``, ``-b``).
     """
-    from .. import signing
-    from ..app.loader import load_app
-    from ..app.queues import Topology
-    from ..app.settings import check_environment, check_serializers
-    from ..slots import ForeignApp
-
     check_environment(plugin_options=plugin_options)
     app = load_app(spec, plugins)
     if configure is not None:
@@ -428,8 +424,6 @@ def client_app(app_spec: str | None, broker: str | None) -> Any:
         # A client loads no plugins, unless a variable looks like a typo: it may be a plugin's option.
         app, _ = prepare_app(app_spec, lambda: declared_option_names(PluginManager()))
     else:
-        from ..app.base import App
-
         app = App()
     if broker:
         use_broker(app, broker)
@@ -440,8 +434,6 @@ def check_endpoints(manager: PluginManager, settings: Any, selection: Selection)
     """Build (without connecting) the transport of every broker URL, the reconnect schedule and
     the result backend, so a malformed URL or a bad ``broker_transport_options`` is an error
     before anything starts, not a log line once the worker runs."""
-    from ..consumer.connect import Connector
-
     for url in selection.broker_urls:
         manager.slot("transport", scheme_of(url))(url, settings)
     Connector(manager, settings, selection.broker_urls, selection.options.failover,

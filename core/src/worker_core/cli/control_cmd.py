@@ -8,11 +8,14 @@ from typing import Any
 
 import click
 
+from ..control.access import all_commands
+from ..control.client import broadcast
 from ..control.command import ArgumentError
 from ..control.command import ControlCommand as Command
 from ..control.commands import BUILTIN_COMMANDS, signal_number
 from ..exceptions import WorkerError
 from ..options import did_you_mean, parse_autoscale
+from ..plugins.manager import PluginManager
 from ..rates import parse_rate
 from .common import client_app, fail
 
@@ -43,8 +46,6 @@ def _show(replies: Sequence[dict[str, Any]], as_json: bool) -> None:
 
 def _run(app_spec: str | None, broker: str | None, command: str, arguments: dict[str, Any],
          destination: tuple[str, ...], timeout: float, as_json: bool) -> None:
-    from ..control.client import broadcast
-
     names = [n.strip() for item in destination for n in item.split(",") if n.strip()]
     try:
         replies = broadcast(client_app(app_spec, broker), command, arguments, names or None, timeout)
@@ -74,9 +75,6 @@ def _spec(kind: str, command: str) -> Command:
     name = command.replace("-", "_")
     commands: Mapping[str, Command] = BUILTIN_COMMANDS
     if name not in commands:
-        from ..control.access import all_commands
-        from ..plugins.manager import PluginManager
-
         try:
             commands = all_commands(PluginManager())
         except WorkerError as exc:

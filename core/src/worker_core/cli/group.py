@@ -7,6 +7,9 @@ from typing import Any
 
 import click
 
+from .globals import apply_environment, defaults_for, global_options
+from .plugin_commands import plugin_commands
+
 __all__ = ["main"]
 
 COMMANDS = {
@@ -27,15 +30,11 @@ class _Commands(click.Group):
     a name that is not built in is looked for among the commands plugins contribute."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        from .plugin_commands import plugin_commands
-
         return [*COMMANDS, *sorted(plugin_commands(ctx.args, COMMANDS))]
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         found = COMMANDS.get(name)
         if found is None:
-            from .plugin_commands import plugin_commands
-
             return plugin_commands(ctx.args, COMMANDS).get(name)
         module = importlib.import_module(f"{__package__}.{found[0]}")
         command: Any = getattr(module, found[1])
@@ -43,8 +42,6 @@ class _Commands(click.Group):
 
 
 def _with_global_options(func: Any) -> Any:
-    from .globals import global_options
-
     for option in reversed(global_options(group=True)):
         func = option(func)
     return func
@@ -63,8 +60,6 @@ def main(ctx: click.Context, /, **values: Any) -> None:
     Celery's global options (-A, -b, --result-backend, --loader, --config, --workdir, -C, -q,
     --skip-checks) may come before the command, as with celery: workerctl -A proj worker -l INFO.
     """
-    from .globals import apply_environment, defaults_for
-
     apply_environment(values)
     name = ctx.invoked_subcommand
     command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, click.Group) and name else None

@@ -8,6 +8,8 @@ import sys
 
 import click
 
+from ..health.probe import main
+
 __all__ = ["health"]
 
 
@@ -16,6 +18,4 @@ __all__ = ["health"]
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def health(args: tuple[str, ...]) -> None:
     """Answer a liveness, readiness or start-up probe from the worker's state file (exec probes)."""
-    from ..health.probe import main
-
     sys.exit(main(list(args)))

@@ -7,6 +7,7 @@ from collections.abc import Collection, Sequence
 import click
 
 from ..exceptions import PluginConflictError, PluginError, WorkerError
+from ..plugins.manager import PluginManager
 from .common import blocked_from_args, fail
 
 __all__ = ["plugin_commands"]
@@ -16,8 +17,6 @@ def plugin_commands(args: Sequence[str], taken: Collection[str]) -> dict[str, cl
     """The commands the installed plugins contribute, by name, with the plugins blocked by
     ``args`` (``-p no:NAME``) or ``WORKER_DISABLE_PLUGINS`` left out; ``taken`` names the built-in
     commands. A name taken twice, or anything but a click command, is an error."""
-    from ..plugins.manager import PluginManager
-
     try:
         manager = PluginManager(blocked_from_args(args))
         found: dict[str, click.Command] = {}

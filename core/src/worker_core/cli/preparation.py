@@ -11,8 +11,11 @@ from typing import Any
 
 import click
 
-from ..exceptions import ConfigurationError, WorkerError
+from ..app.loader import import_modules
+from ..exceptions import AppImportError, ConfigurationError, WorkerError
+from ..options import parse_queues
 from ..plan import Plan, make_plan
+from ..slots import ForeignApp
 from .common import (
     PluginCommand,
     check_endpoints,
@@ -38,8 +41,6 @@ def report_failure(exc: WorkerError, params: Mapping[str, Any]) -> click.ClickEx
 def _config_module(name: str) -> Any:
     import importlib
 
-    from ..exceptions import AppImportError
-
     try:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
@@ -51,8 +52,6 @@ def _config_module(name: str) -> Any:
 
 
 def _apply_app_options(app: Any, params: Mapping[str, Any]) -> None:
-    from ..slots import ForeignApp
-
     foreign = isinstance(app, ForeignApp)  # a Celery app read the CELERY_* variables as it loaded
     if params.get("loader") and not foreign:
         raise ConfigurationError(
@@ -82,9 +81,6 @@ def prepared(ctx: click.Context, params: Mapping[str, Any]) -> tuple[Any, Plan]:
     try:
         if params.get("app"):
             if params.get("include"):
-                from ..app.loader import import_modules
-                from ..options import parse_queues
-
                 import_modules(parse_queues(params["include"]))  # comma-separated, as -Q
             app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options},
                                         manager, configure=lambda loaded: _apply_app_options(loaded, params))

@@ -9,10 +9,17 @@ from typing import Any
 
 import click
 
+from ..app.settings import Settings
 from ..control.access import check_allow_list
 from ..exceptions import WorkerError, WorkerTerminate
+from ..nodenames import node_format
+from ..redaction import secrets_of
+from ..worker.banner import banner
+from ..worker.logs import setup_logging
+from ..worker.worker import Worker
 from . import collector
 from .common import PluginCommand, warn_failures, with_worker_options
+from .daemon import Pidfile, detach, drop_privileges, parse_umask, without_detach
 from .preparation import prepared, report_failure
 
 __all__ = ["worker"]
@@ -30,10 +37,6 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
     broker); a second one, or SIGQUIT, stops it cold. Every option of Celery's `celery worker`
     is taken with Celery's meaning (see docs/migrating-from-celery.md).
     """
-    from ..nodenames import node_format
-    from ..worker.logs import setup_logging
-    from .daemon import Pidfile, detach, drop_privileges, parse_umask, without_detach
-
     manager = ctx.obj
     if not params.get("app"):
         raise report_failure(WorkerError("workerctl worker needs the app: -A module or -A module:attribute"),
@@ -67,9 +70,6 @@ def worker(ctx: click.Context, /, **params: Any) -> None:
 
 
 def _run(app: Any, plan: Any, manager: Any, params: dict[str, Any]) -> None:
-    from ..worker.banner import banner
-    from ..worker.worker import Worker
-
     warn_failures(manager)
     if not params.get("quiet"):
         click.echo(banner(app, plan, manager, params["app"]))
@@ -93,9 +93,6 @@ def _run(app: Any, plan: Any, manager: Any, params: dict[str, Any]) -> None:
 def _secrets(app: Any, plan: Any) -> frozenset[str]:
     """The passwords and keys in the app's settings, the plugins' options and the brokers given
     on the command line."""
-    from ..app.settings import Settings
-    from ..redaction import secrets_of
-
     values = {name: getattr(app.settings, name) for name in Settings.names()}
     selection = plan.selection
     return secrets_of({**values, **plan.options.extra, "brokers": selection.broker_urls,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..app.broker import connection_for, connection_through, transport_for
 from ..app.settings import Settings
-from ..exceptions import ConnectionLostError
+from ..exceptions import ConfigurationError, ConnectionLostError
 from ..plugins.manager import PluginManager
 from ..redaction import redact_url
 
@@ -38,8 +38,6 @@ def retry_intervals(start: float, step: float, maximum: float) -> Iterator[float
 def _number(options: dict[str, Any], key: str, default: float) -> float:
     value = options.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-        from ..exceptions import ConfigurationError
-
         raise ConfigurationError(
             f"broker_transport_options[{key!r}] must be a number of seconds, 0 or more (got {value!r})"
         )

@@ -20,6 +20,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from .. import execution
 from ..redaction import redact_url
 from ..slots import FencesLeases, WithdrawsOneJob
 
@@ -63,8 +64,6 @@ class LeaseFence:
         """Have the executors of ``pool`` ask before each task starts, when they run in this
         process (a process pool's children cannot: the jobs already written to a child start
         there, the documented limit)."""
-        from .. import execution
-
         self.gated = pool is not None and not pool.is_process_pool
         execution.admit_with(self.admits if self.gated else None)
 

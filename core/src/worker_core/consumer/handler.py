@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from kombu.serialization import prepare_accept_content
 
+from ..app.builtins import builtin_names
 from ..exceptions import NotRegistered, ProtocolError
 from ..options import did_you_mean
 from ..protocol import decode_task, shown
@@ -94,8 +95,6 @@ def make_handler(consumer: Consumer) -> Callable[[Message], None]:
 
 def unknown_task(consumer: Consumer, name: str) -> NotRegistered:
     """The error for a message naming a task this worker does not have, with the closest names."""
-    from ..app.builtins import builtin_names
-
     known = builtin_names(consumer.app.tasks, builtins=False)  # Celery's built-ins go unsaid
     shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20 else "")
     return NotRegistered(

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..bootsteps import Step
 from ..hookspecs import hookimpl
+from .steps import CONSUMER_STEPS
 
 logger = logging.getLogger("worker.control")
 
@@ -15,8 +16,6 @@ logger = logging.getLogger("worker.control")
 def worker_bootsteps(blueprint: str) -> list[Step[Any]]:
     if blueprint != "consumer":
         return []
-    from .steps import CONSUMER_STEPS
-
     return list(CONSUMER_STEPS())
 
 

@@ -10,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..bootsteps import Condition, Step
+from ..control.node import RETRY_SECONDS, start_node
 from ..redaction import redact_url
 
 if TYPE_CHECKING:
@@ -98,8 +99,6 @@ class ControlStep(Step["Consumer"]):
         self._retry: Any = None
 
     def start(self, consumer: Consumer) -> None:
-        from ..control.node import RETRY_SECONDS, start_node
-
         connection = consumer.broker.connection
         assert connection is not None
         self.node = start_node(consumer.worker, connection, announce=not consumer.restart_count)
@@ -109,8 +108,6 @@ class ControlStep(Step["Consumer"]):
                 RETRY_SECONDS, lambda: consumer.inbox.call(self._try_again, consumer))
 
     def _try_again(self, consumer: Consumer) -> None:
-        from ..control.node import start_node
-
         connection = consumer.broker.connection
         if self.node is not None or connection is None or consumer.broker.lost:
             return

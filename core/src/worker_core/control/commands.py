@@ -18,8 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ..exceptions import ConfigurationError, PoolError, TaskRevokedError
-from ..options import did_you_mean
+from ..app.builtins import BUILTIN_PREFIX, builtin_names
+from ..app.queues import queue_from_data
+from ..events.plugin import disable_task_events, dispatcher, enable_task_events, send_heartbeat
+from ..exceptions import ConfigurationError, PoolError, TaskRevokedError, WorkerError
+from ..options import did_you_mean, scheme_of
 from ..rates import parse_rate
 from ..results.meta import PENDING, RECEIVED, REJECTED, RETRY, REVOKED
 from ..results.outcome import Outcome, store_outcome
@@ -27,6 +30,7 @@ from ..slots import DiscardsResults, RepliesToSender, RestartsProcesses
 from .command import ControlCommand as Command
 from .configuration import conf
 from .debugging import memdump, memsample, objgraph, report
+from .signals import signal_number
 from .stamps import revoke_by_stamped_headers
 
 if TYPE_CHECKING:
@@ -76,8 +80,6 @@ def stats(worker: Worker, **_celery: Any) -> dict[str, Any]:
     """Celery's ``stats``, with its fields' types (``clock`` a string, ``uptime`` whole seconds,
     the broker's ``transport`` named by its URL scheme, as Celery names it), and this worker's
     own counts beside them."""
-    from ..options import scheme_of
-
     usage = resource.getrusage(resource.RUSAGE_SELF)
     info = worker.stats()
     info["rusage"] = {field: getattr(usage, f"ru_{field}") for field in RUSAGE_FIELDS}
@@ -132,8 +134,6 @@ def registered(worker: Worker, taskinfoitems: Any = None, builtins: bool = False
     """The tasks' names, each followed by the attributes ``taskinfoitems`` names that it has
     (``proj.add [rate_limit=10/m]``; by default ``exchange``, ``routing_key``, ``rate_limit``);
     Celery's built-in tasks (``celery.*``) only with ``builtins``, as Celery lists them."""
-    from ..app.builtins import builtin_names
-
     wanted = taskinfoitems if isinstance(taskinfoitems, (list, tuple)) and taskinfoitems else TASK_INFO_ITEMS
     fields = [field for field in wanted if isinstance(field, str) and not field.startswith("_")]
     tasks = worker.app.tasks
@@ -169,9 +169,6 @@ def add_consumer(worker: Worker, queue: Any = None, exchange: Any = None, exchan
     queue (the direct exchange of its name). A queue the broker has with other arguments is
     adopted; one it cannot be consumed as is answered with the reason, and the other queues go on
     being consumed."""
-    from ..app.queues import queue_from_data
-    from ..exceptions import WorkerError
-
     if not isinstance(queue, str) or not queue.strip() or queue != queue.strip() or "," in queue:
         return nok(f"add_consumer needs one queue name, without commas or spaces around it (got {queue!r})")
     name = queue
@@ -302,8 +299,6 @@ def pool_restart(worker: Worker, modules: Any = None, reload: Any = False, reloa
 
 def _task_modules(worker: Worker) -> list[str]:
     """The modules that define the app's tasks (not the built-in ones)."""
-    from ..app.builtins import BUILTIN_PREFIX
-
     found = {task.module for name, task in worker.app.tasks.items() if not name.startswith(BUILTIN_PREFIX)}
     return sorted(module for module in found if module and module != "__main__")
 
@@ -325,25 +320,6 @@ def hello(worker: Worker, from_node: Any = None, revoked: Any = None,
     if isinstance(revoked, (list, tuple, dict)):
         worker.revoked.add(task_id for task_id in revoked if isinstance(task_id, str) and task_id)
     return {"revoked": list(worker.revoked), "clock": worker.clock.forward()}
-
-
-def signal_number(value: Any) -> int:
-    """A signal given by number or by name, with or without ``SIG`` (``KILL``, ``SIGKILL``, 9)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        number = int(value)
-    elif isinstance(value, str):
-        name = value.strip().upper()
-        found = getattr(signals, name if name.startswith("SIG") else f"SIG{name}", None)
-        if not isinstance(found, int) or "_" in name:
-            raise ValueError(f"unknown signal {value!r}: give a name such as TERM, KILL or USR1, or a number")
-        number = found
-    else:
-        raise ValueError(f"a signal is a name or a number (got {value!r})")
-    if number not in signals.valid_signals():
-        raise ValueError(f"no signal has the number {number}")
-    return int(number)
 
 
 def _task_ids(value: Any) -> list[str]:
@@ -479,8 +455,6 @@ def time_limit(worker: Worker, task_name: Any = None, soft: Any = None, hard: An
 
 
 def _events_switch(worker: Worker, on: bool) -> dict[str, str]:
-    from ..events.plugin import disable_task_events, dispatcher, enable_task_events
-
     if dispatcher(worker) is None:
         return nok("event dispatcher unavailable")
     state = "enabled" if on else "disabled"
@@ -500,8 +474,6 @@ def disable_events(worker: Worker, **_celery: Any) -> dict[str, str]:
 
 def heartbeat(worker: Worker, **_celery: Any) -> None:
     """Send a worker-heartbeat event now (Celery's ``heartbeat``; no reply)."""
-    from ..events.plugin import send_heartbeat
-
     if worker.consumer is not None:
         send_heartbeat(worker.consumer, "worker-heartbeat")
 

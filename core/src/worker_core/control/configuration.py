@@ -10,6 +10,7 @@ import pprint
 import re
 from typing import TYPE_CHECKING, Any
 
+from ..app.settings import Settings
 from ..redaction import redact_value
 from ..slots import ListsConfiguration
 
@@ -22,8 +23,6 @@ __all__ = ["as_data", "conf", "humanize", "own_settings"]
 def own_settings(app: Any, with_defaults: bool) -> dict[str, Any]:
     """The app's settings (this project's) that differ from the defaults, every one
     ``with_defaults``, as data with secrets hidden."""
-    from ..app.settings import Settings
-
     settings, defaults = app.settings, Settings()
     return {name: redact_value(name, as_data(getattr(settings, name))) for name in Settings.names()
             if with_defaults or getattr(settings, name) != getattr(defaults, name)}

@@ -17,7 +17,10 @@ import platform
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..options import scheme_of
+from ..redaction import redact_url
 from ..stash import StashKey
+from .configuration import conf, humanize
 
 if TYPE_CHECKING:
     from ..worker.worker import Worker
@@ -123,10 +126,6 @@ def _version(distribution: str) -> str:
 def report(worker: Worker, **_celery: Any) -> dict[str, str]:
     """Celery's ``report``: the software, the platform, the app, the broker and results, then
     the settings, as a text for a bug report (secrets hidden)."""
-    from ..options import scheme_of
-    from ..redaction import redact_url
-    from .configuration import conf, humanize
-
     plugins = sorted({f"{status.entry.distribution}:{status.entry.version}"
                       for status in worker.plugins.statuses()
                       if status.status == "loaded" and status.entry.distribution})

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import PoolError
+from .signals import signal_number
 
 if TYPE_CHECKING:
     from ..request import Request
@@ -83,8 +84,6 @@ def _matching(requests: Iterable[Request], headers: RevokedStamps) -> dict[str, 
 def revoke_by_stamped_headers(worker: Worker, headers: Any = None, terminate: Any = False, signal: Any = None,
                               **_celery: Any) -> dict[str, str]:
     """Celery's ``revoke_by_stamped_headers``, with its replies."""
-    from .commands import signal_number
-
     try:
         wanted = _headers(headers)
         signum = signal_number(signal if signal is not None else "TERM")

@@ -19,6 +19,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .. import __version__
 from ..bootsteps import Condition, Step
 from ..hookspecs import hookimpl
 from ..options import OptionSpec
@@ -149,8 +150,6 @@ def heartbeat_interval(options: WorkerOptions) -> float:
 
 
 def send_heartbeat(consumer: Consumer, kind: str) -> None:
-    from .. import __version__
-
     events = dispatcher(consumer.worker)
     if events is None:
         return

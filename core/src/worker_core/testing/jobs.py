@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from worker_core.exceptions import SoftTimeLimitExceeded
+
 __all__ = [
     "add",
     "allocate",
@@ -123,8 +125,6 @@ def allocate(mebibytes: int) -> int:
 
 def catch_soft_limit(seconds: float) -> str:
     """Sleep; report whether the soft time limit interrupted it (the task catches it)."""
-    from worker_core.exceptions import SoftTimeLimitExceeded
-
     try:
         time.sleep(seconds)
     except SoftTimeLimitExceeded:
@@ -134,8 +134,6 @@ def catch_soft_limit(seconds: float) -> str:
 
 def busy_sleep(seconds: float, ignore_soft: bool = True) -> str:
     """Sleep ``seconds`` in small steps, swallowing soft limits (to reach the hard one)."""
-    from worker_core.exceptions import SoftTimeLimitExceeded
-
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:

@@ -44,7 +44,7 @@ from typing import Any, Protocol
 import attrs
 
 from ..app.context import MESSAGE_FIELDS
-from ..app.settings import Settings
+from ..app.settings import SERIALIZER_LIBRARIES, Settings
 from ..exceptions import BackendDisabled, ResultError, ResultTimeout
 from ..plugins.conformance import conformance_problem
 from ..results.meta import FAILURE, PENDING, READY_STATES, RETRY, REVOKED, STARTED, SUCCESS, encode_exception
@@ -725,8 +725,6 @@ def check_only_the_client_that_sent_a_task_reads_it_when_offered(
 
 
 def _installed(serializer: str) -> bool:
-    from ..app.settings import SERIALIZER_LIBRARIES
-
     library = SERIALIZER_LIBRARIES.get(serializer)
     if library is None:
         return True

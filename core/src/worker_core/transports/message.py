@@ -21,6 +21,7 @@ from kombu import message as _kombu_message
 from kombu.transport import virtual as _virtual
 
 from ..exceptions import DecodeError, ProtocolError
+from ..protocol import safe_repr
 
 __all__ = ["Message", "Unreadable", "envelope_problem", "fresh_tag", "tag_problem"]
 
@@ -56,8 +57,6 @@ def fresh_tag() -> str:
 
 
 def _quote(value: Any) -> str:
-    from ..protocol import safe_repr
-
     return safe_repr(value, _QUOTED)
 
 

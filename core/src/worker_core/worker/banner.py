@@ -6,6 +6,7 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
+from .. import __version__
 from ..redaction import redact_url
 
 if TYPE_CHECKING:
@@ -17,8 +18,6 @@ __all__ = ["banner"]
 
 
 def _version() -> str:
-    from .. import __version__
-
     return __version__
 
 

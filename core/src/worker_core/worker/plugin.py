@@ -6,12 +6,11 @@ from typing import Any
 
 from ..bootsteps import Step
 from ..hookspecs import hookimpl
+from .steps import WORKER_STEPS
 
 
 @hookimpl
 def worker_bootsteps(blueprint: str) -> list[Step[Any]]:
     if blueprint != "worker":
         return []
-    from .steps import WORKER_STEPS
-
     return list(WORKER_STEPS())

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from .. import execution
 from ..bootsteps import Condition, Step
+from ..consumer.consumer import Consumer
 from ..exceptions import PoolError
 from ..slots import PoolOptions
 
@@ -149,8 +150,6 @@ class ConsumerStep(Step["Worker"]):
         return f"queues {', '.join(options.queues)}; prefetch {prefetch}"
 
     def start(self, worker: Worker) -> None:
-        from ..consumer.consumer import Consumer
-
         worker.consumer = Consumer(worker)
         worker.consumer.start()
 

@@ -9,11 +9,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import execution
+from ..app.builtins import register_builtin_tasks
 from ..bootsteps import Blueprint
 from ..clock import LogicalClock
+from ..consumer.backlog import Backlog
+from ..control.access import all_commands
 from ..control.stamps import RevokedStamps
 from ..exceptions import ConfigurationError
 from ..health.state import Health
+from ..pools.solo import interrupt_inline_job
 from ..revoked import RevokedIds
 from ..stash import Stash
 
@@ -96,8 +100,6 @@ class Worker:
 
     def start(self) -> None:
         """Start every step; returns once the worker has stopped (warm or cold)."""
-        from ..app.builtins import register_builtin_tasks
-
         register_builtin_tasks(self.app)  # before the pool's processes fork: they run them too
         execution.install(self.app, self.plugins.hooks)
         _warn_about_unsafe_content(self.app.settings.accept_content)
@@ -150,8 +152,6 @@ class Worker:
         if consumer is not None:
             consumer.inbox.wake()
         if self.terminating:
-            from ..pools.solo import interrupt_inline_job
-
             interrupt_inline_job()
 
     def on_ready(self) -> None:
@@ -168,8 +168,6 @@ class Worker:
     def backlog(self) -> int:
         """Messages waiting in the broker on this worker's queues (not yet reserved by anyone)."""
         if self._backlog is None:
-            from ..consumer.backlog import Backlog
-
             self._backlog = Backlog(self.plugins, self.app.settings, self.options, self.queues)
         return self._backlog.depth()
 
@@ -192,8 +190,6 @@ class Worker:
 
     def control_commands(self) -> dict[str, Any]:
         """The built-in commands plus those plugins contribute (a name clash is an error)."""
-        from ..control.access import all_commands
-
         return all_commands(self.plugins)
 
     # -- health --------------------------------------------------------------------------------

@@ -13,8 +13,11 @@ from typing import Any
 
 import click
 
+from ... import __version__
 from ...exceptions import WorkerError
+from ..celery_options import FROM_PLUGINS
 from ..common import fail
+from ..worker_cmd import worker
 from .nodes import nodes_from, parse_args
 from .tool import COMMANDS, USAGE, Tool
 
@@ -29,9 +32,6 @@ PROGRAM = ("-m", "worker_core", "worker", "--detach")
 
 def _worker_options() -> tuple[set[str], set[str]]:
     """(the worker's options that take no value, its long options that take one)."""
-    from ..celery_options import FROM_PLUGINS
-    from ..worker_cmd import worker
-
     flags: set[str] = set()
     valued: set[str] = set()
     for param in worker.params:
@@ -83,8 +83,6 @@ def multi(ctx: click.Context, /, args: Sequence[str]) -> None:
         return
     command, rest = words[0], words[1:]
     if not switches.get("nosplash") and command in COMMANDS and command not in ("names", "show"):
-        from ... import __version__
-
         tool.note(f"workerctl multi v{__version__}")
     try:
         code = _dispatch(tool, command, rest + _from_group(ctx))

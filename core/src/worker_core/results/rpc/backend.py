@@ -13,8 +13,10 @@ import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...app.broker import broker_urls, connect
 from ...app.context import current_context
 from ...exceptions import ConfigurationError, ResultError
+from ...plugins.manager import PluginManager
 from ...redaction import redact_url
 from ..codec import ResultCodec
 from ..meta import make_meta
@@ -63,8 +65,6 @@ class RPCBackend:
     success_is_final: ClassVar[bool] = True
 
     def __init__(self, url: str, settings: Settings) -> None:
-        from ...app.broker import broker_urls
-
         scheme, _, rest = url.partition("://")
         if scheme.lower() != "rpc" or rest.strip("/"):
             raise ConfigurationError(
@@ -175,12 +175,8 @@ class RPCBackend:
         """A new connection to the broker through its transport plugin. Without heartbeats: a
         client may wait long between two reads, and RabbitMQ would close its connection, and so
         delete its reply queue, if it missed them."""
-        from ...app.broker import connect
-
         plugins = self._plugins
         if plugins is None:
-            from ...plugins.manager import PluginManager
-
             plugins = self._plugins = PluginManager(autoload=False)
         return connect(plugins, self.broker_urls, self.settings, heartbeat=0)
 
