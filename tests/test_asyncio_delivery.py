@@ -20,6 +20,8 @@ from conftest import WorkerFactory
 from faults import RedisServer, TcpProxy
 from workers import TESTS, WorkerProcess, wait_for
 
+from worker_core.exceptions import WorkerLostError
+
 LIMIT = 2
 ENV = {"PYTHONPATH": str(TESTS), "WORKER_WORKER_REDELIVERY_LIMIT": str(LIMIT)}
 
@@ -115,21 +117,42 @@ def test_a_coroutine_with_a_countdown_starts_at_its_eta_while_the_others_run(wor
     assert later.get(timeout=20) >= sent + 1.5 - 0.05
 
 
-def test_with_acks_late_a_coroutine_that_crashed_its_process_runs_again_with_its_neighbours(
-        worker: WorkerProcess, tmp_path: Path) -> None:
+@pytest.mark.parametrize("crasher", ["crash_once", "crash_once_plain"])
+def test_with_acks_late_a_task_that_crashed_its_process_runs_again_with_its_neighbours(
+        worker: WorkerProcess, tmp_path: Path, crasher: str) -> None:
     runs = tmp_path / "runs"
     neighbours = [aio.bystander.delay(str(runs), 2.0) for _ in range(5)]
     wait_for(lambda: runs.exists() and len(runs.read_text().split()) == 5, timeout=20,
              message="the neighbours to start")
     marker = tmp_path / "crashed"
-    assert aio.crash_once.delay(str(marker)).get(timeout=40) == "survived"
+    assert getattr(aio, crasher).delay(str(marker)).get(timeout=40) == "survived"
     first, second = marker.read_text().split()
     assert first != second  # a new loop process ran it again
     assert [result.get(timeout=40) for result in neighbours] == ["done"] * 5
     ids = runs.read_text().split()
     assert sorted(set(ids)) == sorted(result.id for result in neighbours)
     assert all(ids.count(result.id) == 2 for result in neighbours)  # lost with the process, run again
-    worker.wait_log("exited with 'signal 11 (SIGSEGV)'")
+    worker.wait_log(f"exited with 'signal 11 (SIGSEGV)' while running task apps.aio.{crasher} (job ")
+    assert "Fatal Python error: Segmentation fault" in worker.log()  # the crash report, in the worker's log
+    lines = worker.log().splitlines()
+    for result in neighbours:  # lost with it, and sent again without counting toward the poison cap
+        assert any(result.id in line and "took its process down" in line and "not counted" in line
+                   for line in lines), result.id
+
+
+def test_a_coroutine_that_crashes_its_process_every_time_is_capped_and_its_neighbour_is_not(
+        worker: WorkerProcess, tmp_path: Path) -> None:
+    runs, counter = tmp_path / "runs", tmp_path / "crashes"
+    neighbour = aio.bystander.delay(str(runs), 8.0)
+    wait_for(runs.exists, timeout=20, message="the neighbour to start")
+    poisoned = aio.crash_always.delay(str(counter))
+    with pytest.raises(WorkerLostError, match=r"not run again \(worker_redelivery_limit=2\)"):
+        poisoned.get(timeout=60)
+    assert len(counter.read_text().split()) == LIMIT + 1  # the first run and LIMIT more
+    # lost with its process each time, and sent again each time without counting toward the cap
+    assert neighbour.get(timeout=60) == "done"
+    assert len(runs.read_text().split()) >= 2
+    assert aio.nap.delay(0, "still up").get(timeout=20) == "still up"
 
 
 def test_cold_shutdown_cancels_the_running_coroutines_and_gives_every_message_back(

@@ -232,3 +232,14 @@ async def around(self, path):
     seen = tenant.get()
     await asyncio.sleep(0.05)
     return [seen, self.request.id]
+
+
+@app.task(bind=True, acks_late=True, reject_on_worker_lost=True)
+def crash_once_plain(self, marker):
+    """:func:`crash_once` as a plain function, in a thread of the loop process."""
+    _note(marker, os.getpid())
+    if len(Path(marker).read_text().split()) == 1:
+        import ctypes
+
+        ctypes.string_at(0)
+    return "survived"

@@ -243,7 +243,15 @@ class SoftTimeLimitExceeded(TaskError):
 
 
 class WorkerLostError(TaskError):
-    """The process running a task died before reporting a result."""
+    """The process running a task died before reporting a result.
+
+    ``bystander=True``: the pool knows that another task running in the same process took it
+    down; this one is sent again without counting toward the poison cap
+    (``worker_redelivery_limit``)."""
+
+    def __init__(self, *args: object, bystander: bool = False) -> None:
+        super().__init__(*args)
+        self.bystander = bystander
 
 
 class ChordError(TaskError):

@@ -334,15 +334,17 @@ class Request:
         return max(self.deliveries, carried_count(self.envelope.headers))
 
     def _send_again_after_lost_process(self, exc: BaseException) -> bool:
-        """Publish a copy with the loss counted, then acknowledge this one; False once the
-        redelivery limit is reached (a poison message), so the task fails instead."""
+        """Publish a copy with the loss counted (not when the pool knows another task took the
+        process down: ``exc.bystander``), then acknowledge this one; False once the redelivery
+        limit is reached (a poison message), so the task fails instead."""
         consumer = self.consumer
-        lost = self.lost_count() + 1
+        bystander = isinstance(exc, WorkerLostError) and exc.bystander
+        lost = self.lost_count() + (0 if bystander else 1)
         limit = consumer.app.settings.worker_redelivery_limit
         if limit is not None and lost > limit:
             return False
-        logger.error("Task %s lost its process (%s); sending it again (%d of %s)", self.label, exc, lost,
-                     limit if limit is not None else "unlimited")
+        logger.error("Task %s lost its process (%s); sending it again (%s%d of %s)", self.label, exc,
+                     "not counted: " if bystander else "", lost, limit if limit is not None else "unlimited")
         self._notify_failed(exc, type(exc).__name__, 0.0, "")
         if consumer.tasks.republish(self.message, {LOST_HEADER: lost}):
             self.acknowledge()

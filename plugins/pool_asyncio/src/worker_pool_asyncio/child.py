@@ -13,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import ctypes
+import faulthandler
 import logging
 import os
 import signal
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from time import monotonic
 from typing import Any
 
@@ -28,6 +29,7 @@ from worker_core.aio import Interruptible, async_form, set_blocking_executor
 from worker_core.exceptions import SoftTimeLimitExceeded
 
 from . import frames
+from .crashes import Marks
 from .frames import FrameReader
 from .process import prepare_child
 from .stall import StallWatch
@@ -50,6 +52,10 @@ class ChildConfig:
     io_threads: int
     loop: str  # "auto", "uvloop" or "asyncio"
     stall_after: float
+    #: what each thread runs, for the worker to tell which job crashed the process
+    marks: Marks = attrs.field(eq=False)
+    #: where faulthandler writes its report when the process crashes
+    crash_fd: int
     initializer: Callable[[], None] | None = attrs.field(default=None, eq=False)
     finalizer: Callable[[int], None] | None = attrs.field(default=None, eq=False)
 
@@ -69,6 +75,7 @@ def new_loop(kind: str) -> asyncio.AbstractEventLoop:
 
 def child_main(config: ChildConfig) -> int:
     prepare_child(config.parent_pid, config.close_fds, config.name)
+    faulthandler.enable(file=config.crash_fd, all_threads=True)
     os.set_blocking(config.result_fd, False)
     process = LoopProcess(config)
     if config.initializer is not None:
@@ -164,6 +171,7 @@ class LoopProcess:
     def run(self) -> int:
         loop = self.loop
         asyncio.set_event_loop(loop)
+        self.config.marks.loop_thread()
         set_blocking_executor(self._blocking)
         os.set_blocking(self.config.job_fd, False)
         watch = None
@@ -235,11 +243,11 @@ class LoopProcess:
             self._finish(job, frames.ERROR, exc)
             return
         job.driven = driven
-        task = self.loop.create_task(self._run_async(job, driven))
+        task = self.loop.create_task(self._run_async(job, _Marked(driven, self.config.marks.words, job_id)))
         job.task = task
         self.by_task[task] = job
 
-    async def _run_async(self, job: _Running, driven: Interruptible) -> None:
+    async def _run_async(self, job: _Running, driven: _Marked) -> None:
         try:
             value = await driven
         except BaseException as exc:
@@ -249,6 +257,10 @@ class LoopProcess:
 
     def _run_plain(self, job: _Running, target: Callable[..., Any], args: Any, kwargs: Any) -> None:
         job.thread = threading.get_ident()
+        marks = self.config.marks
+        slot = marks.thread_slot()
+        if slot >= 0:
+            marks.words[2 * slot + 1] = job.id
         self.send(frames.ACCEPTED, job.id, monotonic())
         try:
             value = target(*args, **kwargs) if kwargs else target(*args)
@@ -256,6 +268,8 @@ class LoopProcess:
             kind, payload = frames.ERROR, exc
         else:
             kind, payload = frames.RESULT, value
+        if slot >= 0:
+            marks.words[2 * slot + 1] = 0
         job.thread = None
         self.loop.call_soon_threadsafe(self._finish, job, kind, payload)
 
@@ -309,6 +323,36 @@ class LoopProcess:
     def _exit_now(self) -> None:
         if self._done is not None and not self._done.done():
             self._done.set_result(0 if not self.jobs else 3)
+
+
+class _Marked:
+    """Awaits ``driven``, with the job's id in the loop's mark while each of its steps runs (so
+    that the worker can tell which job crashed the process)."""
+
+    __slots__ = ("_driven", "_job", "_words")
+
+    def __init__(self, driven: Interruptible, words: memoryview, job_id: int) -> None:
+        self._driven = driven
+        self._words = words
+        self._job = job_id
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        words, job, steps = self._words, self._job, self._driven.__await__()
+        send: Any = None
+        throw: BaseException | None = None
+        while True:
+            words[1] = job
+            try:
+                yielded = steps.send(send) if throw is None else steps.throw(throw)
+            except StopIteration as done:
+                return done.value
+            finally:
+                words[1] = 0
+            send, throw = None, None
+            try:
+                send = yield yielded
+            except BaseException as exc:
+                throw = exc
 
 
 def _unpicklable(kind: int, payload: Any, exc: Exception) -> Exception:

@@ -23,6 +23,7 @@ from worker_core.exceptions import PoolError, TimeLimitExceeded, WorkerLostError
 
 from . import frames
 from .child import ChildConfig, child_main
+from .crashes import Marks, culprit
 from .frames import FrameReader
 from .process import fork, human_status
 
@@ -98,11 +99,13 @@ class Child:
 
     __slots__ = (
         "capacity",
+        "crash_fd",
         "dead",
         "doomed",
         "forked_at",
         "job_fd",
         "jobs",
+        "marks",
         "name",
         "number",
         "outbuf",
@@ -120,8 +123,11 @@ class Child:
         "writing",
     )
 
-    def __init__(self, number: int, pid: int, job_fd: int, result_fd: int, threads: int) -> None:
+    def __init__(self, number: int, pid: int, job_fd: int, result_fd: int, threads: int, marks: Marks,
+                 crash_fd: int) -> None:
         self.number = number
+        self.marks = marks
+        self.crash_fd = crash_fd  # the read end of its crash report
         self.threads = threads  # for plain functions
         self.name = f"AsyncioLoop-{number}"
         self.pid = pid
@@ -278,35 +284,45 @@ class Engine:
         number = self.numbers
         job_r, job_w = os.pipe()
         result_r, result_w = os.pipe()
-        inherited = tuple(fd for child in self.children for fd in (child.job_fd, child.result_fd))
+        crash_r, crash_w = os.pipe()
+        _report_room(crash_w)
+        inherited = tuple(
+            fd for child in self.children for fd in (child.job_fd, child.result_fd, child.crash_fd)
+        )
         threads = self.threads_option or max(min(-(-self.concurrency // max(self.processes, 1)), 16), 1)
+        marks = Marks(1 + threads)
         config = ChildConfig(
             name=f"AsyncioLoop-{number}",
             parent_pid=os.getpid(),
             job_fd=job_r,
             result_fd=result_w,
-            close_fds=(*inherited, job_w, result_r),
+            close_fds=(*inherited, job_w, result_r, crash_r),
             threads=threads,
             io_threads=self.io_threads,
             loop=self.loop_kind,
             stall_after=self.stall_after,
+            marks=marks,
+            crash_fd=crash_w,
             initializer=self.initializer,
             finalizer=self.finalizer,
         )
         try:
             pid = fork(lambda: child_main(config))
         except OSError as exc:
-            for fd in (job_r, job_w, result_r, result_w):
+            for fd in (job_r, job_w, result_r, result_w, crash_r, crash_w):
                 os.close(fd)
+            marks.close()
             raise PoolError(
                 f"asyncio pool: cannot fork a loop process: {exc}; check the process and memory "
                 "limits (ulimit -u, available memory)"
             ) from exc
         os.close(job_r)
         os.close(result_w)
+        os.close(crash_w)
         os.set_blocking(job_w, False)
         os.set_blocking(result_r, False)
-        child = Child(number, pid, job_w, result_r, threads)
+        os.set_blocking(crash_r, False)
+        child = Child(number, pid, job_w, result_r, threads, marks, crash_r)
         self.forks += 1
         self.children.append(child)
         self.share()
@@ -721,7 +737,10 @@ class Engine:
 
     def _reaped(self, child: Child, status: int | None) -> None:
         child.dead = True
-        for fd in (child.job_fd, child.result_fd):
+        report = _read_report(child.crash_fd)
+        blamed = culprit(status, child.marks.pairs(), report)
+        child.marks.close()
+        for fd in (child.job_fd, child.result_fd, child.crash_fd):
             try:
                 os.close(fd)
             except OSError:
@@ -730,9 +749,18 @@ class Engine:
         text = human_status(status)
         clean = status is not None and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         expected = child.doomed or self.terminating or (clean and (child.stop_sent or child.retiring))
-        (logger.debug if expected else logger.error)(
-            "Process %r pid:%r exited with %r", child.name, child.pid, text
-        )
+        crasher = child.jobs.get(blamed) if blamed is not None else None
+        if expected:
+            logger.debug("Process %r pid:%r exited with %r", child.name, child.pid, text)
+        else:
+            logger.error(
+                "Process %r pid:%r exited with %r%s%s",
+                child.name,
+                child.pid,
+                text,
+                f" while running task {crasher.label}" if crasher is not None else "",
+                f"; its crash report:\n{_excerpt(report)}" if report else "",
+            )
         if not child.ready and not expected:
             self.failures += 1
         for job in child.jobs.values():
@@ -740,15 +768,58 @@ class Engine:
             job.cancel_timers()
             if not job.done:
                 job.done = True
-                _call(
-                    job.error_callback, WorkerLostError(f"Worker exited prematurely: {text} Job: {job.id}.")
-                )
+                lost = f"Worker exited prematurely: {text} Job: {job.id}."
+                if crasher is not None and job is not crasher:
+                    error = WorkerLostError(
+                        f"{lost} Task {crasher.label} took its process down", bystander=True
+                    )
+                else:
+                    error = WorkerLostError(lost)
+                _call(job.error_callback, error)
         child.jobs.clear()
         self.share()
         self.maintain()
         self._check_stopped()
         self._check_finished()
         self.dispatch()
+
+
+def _report_room(fd: int) -> None:
+    """Make the crash report's pipe hold a long report, and never block the crashing process
+    (what does not fit is lost)."""
+    os.set_blocking(fd, False)
+    try:
+        import fcntl
+
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, 1 << 20)
+    except (ImportError, AttributeError, OSError):
+        pass  # the default size (64 KiB on Linux) holds the report of a few threads
+
+
+def _read_report(fd: int, limit: int = 1 << 20) -> bytes:
+    """What a dead process's faulthandler wrote (nothing for a process that did not crash)."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, OSError):
+            break
+        if not data:
+            break
+        chunks.append(data)
+        size += len(data)
+    return b"".join(chunks)
+
+
+def _excerpt(report: bytes, lines: int = 40) -> str:
+    """The report's first line and the crashing thread's stack (the other threads' are left out)."""
+    text = report.decode("utf-8", "replace").rstrip().splitlines()
+    current = next((index for index, line in enumerate(text) if line.startswith("Current thread")), None)
+    if current is not None:
+        end = next((index for index in range(current, len(text)) if not text[index].strip()), len(text))
+        text = text[:1] + text[current:end]
+    return "\n".join(text[:lines] + ([f"... ({len(text) - lines} more lines)"] if len(text) > lines else []))
 
 
 def _call(callback: Callable[..., Any] | None, *args: Any) -> None:
