@@ -216,7 +216,7 @@ class App:
         except Exception as exc:
             raise ConfigurationError(f"@app.task for {name!r}: its class {_qualified(cls)} could not be "
                                      f"made: {type(exc).__name__}: {exc}") from None
-        task._setup(self, name, fun, options)
+        task.setup_for(self, name, fun, options)
         return self._add(task)
 
     def register_task(self, task: _Task | type[_Task], **options: Any) -> _Task:
@@ -239,7 +239,7 @@ class App:
                                      f"non-empty string without surrounding spaces (got {name!r})")
         if self.tasks.get(name) is task:
             return task  # registered already
-        task._setup(self, name, None, options)
+        task.setup_for(self, name, None, options)
         return self._add(task)
 
     def _add(self, task: _Task) -> _Task:
@@ -320,7 +320,7 @@ class App:
         state = self._local
         oid: str | None = getattr(state, "oid", None)
         if oid is None:
-            if self._replies_to_sender():
+            if self.replies_to_sender():
                 backend = self.backend
                 assert isinstance(backend, RepliesToSender)
                 oid = backend.reply_to()
@@ -329,7 +329,7 @@ class App:
             state.oid = oid
         return oid
 
-    def _replies_to_sender(self) -> bool:
+    def replies_to_sender(self) -> bool:
         """Whether the result backend sends results to the client named in each task's
         ``reply_to`` (:class:`~worker_core.slots.RepliesToSender`), decided once per settings."""
         replies = self._replies
@@ -432,7 +432,7 @@ class App:
         ignore = self.settings.task_ignore_result if ignore_result is None else ignore_result
         replies = self._replies
         if replies is None:
-            replies = self._replies_to_sender()
+            replies = self.replies_to_sender()
         if not options:  # a plain task: the hot path, nothing more than it always did
             message = task_message(
                 name, task_id, args, kwargs, countdown=countdown, eta=eta, expires=expires,

@@ -41,7 +41,7 @@ def register_builtin_tasks(app: App) -> None:
     for name, (fun, options) in _builtins(app).items():
         if name not in app.tasks:
             task = Task()
-            task._setup(app, name, fun, options)
+            task.setup_for(app, name, fun, options)
             app.tasks[name] = task
 
 

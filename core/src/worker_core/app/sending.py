@@ -90,7 +90,7 @@ def extra_options(app: App, name: str, options: Mapping[str, Any]) -> Extra:
     chain, chord = options.get("chain"), options.get("chord")
     reply_to = options.get("reply_to")
     if reply_to is None and (link is not None or link_error is not None or chain is not None
-                             or chord is not None or app._replies_to_sender()):
+                             or chord is not None or app.replies_to_sender()):
         # as Celery's client names itself: a plain task's stays empty unless results come back
         # to the sender (rpc://)
         reply_to = app.thread_oid

@@ -159,7 +159,7 @@ class Task:
             setattr(cls, f"_{option}", value)
             delattr(cls, option)
 
-    def _setup(self, app: App, name: str, fun: Callable[..., Any] | None, options: Mapping[str, Any]) -> None:
+    def setup_for(self, app: App, name: str, fun: Callable[..., Any] | None, options: Mapping[str, Any]) -> None:
         """Bind this task to ``app`` as ``name``: ``fun`` is its body (None for a class-based
         task, whose body is its run method), ``options`` win over its class's attributes. Done
         once, by ``@app.task`` and ``app.register_task``."""

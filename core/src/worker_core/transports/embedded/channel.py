@@ -26,7 +26,7 @@ from .database import SCHEME, resolve_path
 from .qos import QoS
 from .store import Binding, QueueStore
 
-__all__ = ["DEFAULT_POLLING_INTERVAL", "DEFAULT_VISIBILITY_TIMEOUT", "Channel", "Transport"]
+__all__ = ["DEFAULT_POLLING_INTERVAL", "DEFAULT_VISIBILITY_TIMEOUT", "Channel", "Transport", "expires_at"]
 
 logger = logging.getLogger(__name__)
 
@@ -162,11 +162,11 @@ class Channel(virtual.Channel):  # type: ignore[misc]
     # -- publishing ------------------------------------------------------------------------------
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        self.store.put(queue, dumps(message), self._get_message_priority(message), _expires_at(message))
+        self.store.put(queue, dumps(message), self._get_message_priority(message), expires_at(message))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
         self.store.put_fanout(
-            exchange, dumps(message), self._get_message_priority(message), _expires_at(message)
+            exchange, dumps(message), self._get_message_priority(message), expires_at(message)
         )
 
     # -- exchanges -------------------------------------------------------------------------------
@@ -326,7 +326,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         return sqlite3.sqlite_version
 
 
-def _expires_at(message: dict[str, Any]) -> float | None:
+def expires_at(message: dict[str, Any]) -> float | None:
     """The absolute expiry time of a message from its AMQP ``expiration`` (milliseconds)."""
     expiration = message.get("properties", {}).get("expiration")
     if expiration is None:

@@ -18,7 +18,7 @@ from ...election import check_lease
 from ...exceptions import LeaseLost
 from ...slots import LeaseState
 from .channel import Channel, Transport
-from .store import _EXPIRES
+from .store import EXPIRES_SQL
 
 if TYPE_CHECKING:
     from ...slots import Lease, RecordTable, SendsOnce
@@ -78,9 +78,9 @@ class LeaseChannel(Channel):
         if self.kept is None:
             super()._put(queue, message, **kwargs)
             return
-        from .channel import _expires_at, dumps
+        from .channel import expires_at, dumps
 
-        self.kept.append((queue, dumps(message), self._get_message_priority(message), _expires_at(message)))
+        self.kept.append((queue, dumps(message), self._get_message_priority(message), expires_at(message)))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
         if self.kept is not None:
@@ -229,7 +229,7 @@ class EmbeddedLease:
             for queue, payload, priority, expires in kept:
                 conn.execute(
                     f"""INSERT INTO messages (queue, priority, payload, expires_at)
-                        SELECT :queue, :priority, :payload, {_EXPIRES}
+                        SELECT :queue, :priority, :payload, {EXPIRES_SQL}
                         FROM (SELECT :queue AS name) AS n LEFT JOIN queues AS q ON q.name = n.name""",
                     {"queue": queue, "priority": priority, "payload": payload, "expires": expires,
                      "now": now})

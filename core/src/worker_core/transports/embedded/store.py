@@ -14,7 +14,7 @@ from ...exceptions import BrokerStorageError, TransportError
 from .database import Database
 from .disk import FULL_DISKS
 
-__all__ = ["Binding", "QueueStore", "pid_alive"]
+__all__ = ["EXPIRES_SQL", "Binding", "QueueStore", "pid_alive"]
 
 #: ``(routing_key, pattern, queue)``, the row layout kombu's exchange types look up.
 Binding = tuple[str, str, str]
@@ -57,8 +57,9 @@ COMMIT;
 _LIVE = "(expires_at IS NULL OR expires_at > :now)"
 _HEAD = f"""SELECT id FROM messages WHERE queue = :queue AND tag IS NULL AND {_LIVE}
             ORDER BY priority DESC, id LIMIT 1"""
-# The earlier of the message's own expiry and the queue's x-message-ttl, either may be NULL.
-_EXPIRES = """CASE WHEN :expires IS NULL THEN :now + q.message_ttl
+#: The expiry time of a message put in a queue, in SQL: the earlier of the message's own expiry
+#: and the queue's x-message-ttl, either may be NULL.
+EXPIRES_SQL = """CASE WHEN :expires IS NULL THEN :now + q.message_ttl
                    WHEN q.message_ttl IS NULL THEN :expires
                    ELSE MIN(:expires, :now + q.message_ttl) END"""
 _RELEASE = "tag = NULL, owner_host = NULL, owner_pid = NULL, reserved_at = NULL, redelivered = 1"
@@ -118,7 +119,7 @@ class QueueStore:
         with self.db.locked() as conn:
             conn.execute(
                 f"""INSERT INTO messages (queue, priority, payload, expires_at)
-                    SELECT :queue, :priority, :payload, {_EXPIRES}
+                    SELECT :queue, :priority, :payload, {EXPIRES_SQL}
                     FROM (SELECT :queue AS name) AS n LEFT JOIN queues AS q ON q.name = n.name""",
                 {
                     "queue": queue,
@@ -134,7 +135,7 @@ class QueueStore:
         with self.db.locked() as conn:
             cursor = conn.execute(
                 f"""INSERT INTO messages (queue, priority, payload, expires_at)
-                    SELECT b.queue, :priority, :payload, {_EXPIRES}
+                    SELECT b.queue, :priority, :payload, {EXPIRES_SQL}
                     FROM (SELECT DISTINCT queue FROM bindings WHERE exchange = :exchange) AS b
                     LEFT JOIN queues AS q ON q.name = b.queue""",
                 {
