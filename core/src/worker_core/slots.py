@@ -758,7 +758,8 @@ class ElectsLeaders(Protocol):
     transport slot's class builds (``Transport(url, settings)``). Without it, a plugin that
     needs one leader must be told to run in one process only. Redis keeps a lease as a key with
     a deadline (``SET NX PX``) and a counter for its tokens, the embedded transport as a row of
-    its file (one machine), RabbitMQ as a message of a single-active-consumer queue held
+    its file (one machine), PostgreSQL as a row locked by each use (its deadline on the server's
+    clock), RabbitMQ as a message of a single-active-consumer queue held
     unacknowledged by its holder (the lease follows the holder's connection: its bound is the
     connection's heartbeat timeout).
     """
@@ -831,7 +832,7 @@ class RecordTable(Protocol):
 @runtime_checkable
 class KeepsRecords(Protocol):
     """A transport whose broker keeps small tables of records for any process to read and write
-    (Redis: a hash and a version counter; the embedded transport: a table of its file).
+    (Redis: a hash and a version counter; PostgreSQL and the embedded transport: a table).
 
     Test for it with ``isinstance(transport, KeepsRecords)``. Without it (RabbitMQ keeps
     messages, not records), what would live there must live elsewhere, and a command that

@@ -18,10 +18,14 @@ if TYPE_CHECKING:
     from worker_core.slots import (
         AcksSurviveReconnect,
         CountsDeliveries,
+        ElectsLeaders,
+        KeepsRecords,
         LeasesMessages,
         RewritesUrls,
         Transport,
     )
+
+    from .election import PostgresLease, PostgresRecords
 
 __all__ = ["PostgresTransport"]
 
@@ -98,6 +102,21 @@ class PostgresTransport:
             )
         return channel
 
+    def lease(self, name: str, holder: str, *, ttl: float) -> PostgresLease:
+        """A row of ``worker_leases`` with its holder, fencing token and deadline (the server's
+        clock); a message sent under it is written in the transaction that checks it (see
+        :mod:`.election`)."""
+        from .election import PostgresLease
+
+        url = self.kombu_url(self.url)
+        return PostgresLease(url, self.config, self.connection_options(), name, holder, ttl)
+
+    def record_table(self, name: str) -> PostgresRecords:
+        """A table of records in ``worker_records``."""
+        from .election import PostgresRecords
+
+        return PostgresRecords(self.config, name)
+
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """The ready messages of ``queue`` (held and delayed ones not counted), from SQL."""
         return int(self._channel(connection)._size(queue))
@@ -130,3 +149,5 @@ if TYPE_CHECKING:
     _COUNTS: type[CountsDeliveries] = PostgresTransport
     _LEASES: type[LeasesMessages] = PostgresTransport
     _URLS: type[RewritesUrls] = PostgresTransport
+    _ELECTS: type[ElectsLeaders] = PostgresTransport
+    _RECORDS: type[KeepsRecords] = PostgresTransport
