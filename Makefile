@@ -10,7 +10,8 @@ BIN := $(VENV)/bin
 DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_threads \
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
                  -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop] \
-                 -e ./plugins/transport_postgres[test] -e ./plugins/beat -e ./plugins/transport_redis_cluster
+                 -e ./plugins/transport_postgres[test] -e ./plugins/beat -e ./plugins/transport_redis_cluster \
+                 -e ./plugins/otel
 
 .PHONY: venv demo docs test test-fast test-stock bench lint
 
@@ -78,6 +79,8 @@ bench: venv
 	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
 	$(BIN)/python bench/compare.py --broker $(AMQP_BENCH) -P prefork -c 2 --repeat 3 -O fcfs
 	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 --metrics
+	$(BIN)/python bench/compare.py --broker $(REDIS_BENCH) -P prefork -c 2 --repeat 3 --otel
+	$(BIN)/python bench/health_probe.py --broker $(REDIS_BENCH) --repeat 10
 	for pool in prefork threads; do \
 	    $(BIN)/python bench/rpc_results.py --broker $(REDIS_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
 	    $(BIN)/python bench/rpc_results.py --broker $(AMQP_BENCH) -P $$pool -c 2 --repeat 3 || exit 1; \
@@ -105,4 +108,5 @@ lint: venv
 	$(BIN)/mypy core/src plugins/pool_prefork/src plugins/pool_threads/src \
 	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
 	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src \
-	    plugins/transport_postgres/src plugins/beat/src plugins/transport_redis_cluster/src
+	    plugins/transport_postgres/src plugins/beat/src plugins/transport_redis_cluster/src \
+	    plugins/otel/src

@@ -216,11 +216,15 @@ class Producer:
 #: Celery sending the task events its exporter reads)
 WITH_METRICS = {"worker+metrics": ("worker", ["--metrics-listen", "127.0.0.1:0"]),
                 "celery+events": ("celery", ["-E"])}
+#: ``--otel``: each worker tracing every task with OpenTelemetry's SDK (a batch processor, an
+#: exporter that drops the batches: ``apps/tracing.py``): this worker with worker-otel's
+#: ``--otel``, Celery with opentelemetry-instrumentation-celery
+WITH_OTEL = {"worker+otel": ("worker", ["--otel"]), "celery+otel": ("celery", [])}
 
 
 def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") -> list[str]:
-    if kind in WITH_METRICS:
-        base, extra = WITH_METRICS[kind]
+    if kind in WITH_METRICS or kind in WITH_OTEL:
+        base, extra = {**WITH_METRICS, **WITH_OTEL}[kind]
         return command(base, pool, concurrency, scheduling) + extra
     if kind == "dramatiq":
         processes, threads = {"prefork": (concurrency, 1), "threads": (1, concurrency)}.get(pool, (1, 1))
@@ -238,7 +242,8 @@ def command(kind: str, pool: str, concurrency: int, scheduling: str = "fair") ->
 def spawn(kind: str, args: argparse.Namespace, sink: Sink, log: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, BENCH_BROKER=args.broker, BENCH_SINK_PORT=str(sink.port),
                BENCH_COUNT_DIR=sink.count_dir, PYTHONPATH=str(APPS),
-               BENCH_ASYNC="1" if args.pool == "asyncio" else "0")
+               BENCH_ASYNC="1" if args.pool == "asyncio" else "0",
+               BENCH_OTEL="1" if kind in WITH_OTEL else "0")
     return subprocess.Popen(command(kind, args.pool, args.concurrency, args.scheduling), cwd=APPS, env=env,
                             stdout=log.open("ab"), stderr=subprocess.STDOUT)
 
@@ -350,6 +355,9 @@ def main() -> None:
     parser.add_argument("--metrics", action="store_true",
                         help="also run this worker serving Prometheus metrics (--metrics-listen) and Celery "
                              "sending task events (-E, what its exporter reads)")
+    parser.add_argument("--otel", action="store_true",
+                        help="also run both workers tracing every task with OpenTelemetry (this one with "
+                             "worker-otel's --otel, Celery with opentelemetry-instrumentation-celery)")
     args = parser.parse_args()
 
     compile_sources()
@@ -358,6 +366,7 @@ def main() -> None:
     log = Path(os.environ.get("BENCH_LOG", "/tmp/bench-compare.log"))
     kinds = [args.only] if args.only else ["worker", "celery"] + (["dramatiq"] if args.dramatiq else [])
     kinds += list(WITH_METRICS) if args.metrics else []
+    kinds += list(WITH_OTEL) if args.otel else []
     producers: dict[str, Any] = {kind: DramatiqProducer(args.broker) if kind == "dramatiq" else ours
                                  for kind in kinds}
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}

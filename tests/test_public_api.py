@@ -107,7 +107,7 @@ MODULES = {
     "worker_core.canvas": ["Embed", "Signature", "apply_to_result", "chain", "chord", "chunks", "from_dict",
                            "group", "maybe_signature", "send_callbacks", "send_errbacks", "send_next_step",
                            "signature", "xmap", "xstarmap"],
-    "worker_core.election": ["Duty", "Election", "check_lease"],
+    "worker_core.election": ["Duty", "ELECTIONS", "Election", "check_lease", "track", "untrack"],
     "worker_core.fastpaths": ["Check", "Decision", "FastPath", "FastPaths", "Library", "STOCK_VARIABLE",
                               "attribute", "decide", "reads", "report", "signature"],
     "worker_core.exceptions": [
@@ -135,7 +135,7 @@ MODULES = {
         "TellsTime", "Transport", "WithdrawsOneJob", "WithdrawsQueuedJobs"],
     "worker_core.options": ["Autoscale", "LOGLEVELS", "OptionSpec", "SCHEDULING", "WorkerOptions",
                             "did_you_mean", "parse_autoscale", "parse_brokers", "parse_hostname",
-                            "parse_queues"],
+                            "parse_queues", "scheme_of"],
     "worker_core.redaction": ["MASK", "SecretFilter", "install_secret_filter", "is_secret_name",
                               "redact_text", "redact_url", "redact_value", "secrets_of"],
     "worker_core.protocol": ["DELAY_LEVELS", "DELIVERY_EXCHANGE", "JSON", "LOST_HEADER", "OutgoingMessage",
@@ -176,6 +176,7 @@ MODULES = {
     "worker_celery": ["CeleryApp", "CeleryLoader", "CeleryResultBackend"],
     "worker_metrics_prometheus": ["MetricsStep", "parse_listen"],
     "worker_metrics_prometheus.metrics": ["TaskMetrics", "WorkerGauges"],
+    "worker_otel": ["PublishTracing", "TaskTracing", "instrument", "uninstrument"],
 }
 
 

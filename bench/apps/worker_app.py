@@ -8,6 +8,13 @@ from worker_core import App
 
 app = App("bench", broker=os.environ["BENCH_BROKER"], task_ignore_result=True)
 
+if os.environ.get("BENCH_OTEL") == "1":  # compare.py --otel: the worker runs with --otel
+    import tracing
+
+    @app.hook(tryfirst=True)  # before worker-otel's, which would set a provider up from OTEL_*
+    def worker_process_init(pid):
+        tracing.set_up()
+
 
 if os.environ.get("BENCH_ASYNC") == "1":  # -P asyncio: async def tasks, awaited on its loop
     @app.task(name="bench.noop", ignore_result=True)

@@ -15,6 +15,10 @@ and hands it here::
 The duty runs in the election's thread, so it may use the lease (its connection is not shared
 with any other thread), and must return within the deadline it is given, so the lease is
 renewed in time.
+
+A plugin that runs an election in a worker makes it known to the others with :func:`track`
+(the metrics export every tracked election's figures: whether this worker leads, how often it
+became the leader, whether the broker refuses it), and :func:`untrack` once it stopped it.
 """
 
 from __future__ import annotations
@@ -25,11 +29,16 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from .exceptions import ConfigurationError
 from .slots import Lease
+from .stash import StashKey
 
-__all__ = ["Duty", "Election", "check_lease"]
+if TYPE_CHECKING:
+    from .stash import Stash
+
+__all__ = ["ELECTIONS", "Duty", "Election", "check_lease", "track", "untrack"]
 
 logger = logging.getLogger("worker.election")
 
@@ -193,3 +202,19 @@ class Election:
         if text != self.last_error:
             logger.warning("Could not %s the lease %r: %s", what, self.lease.name, text)
         self.last_error = text
+
+
+#: the elections the worker's plugins run, by lease name (see :func:`track`)
+ELECTIONS = StashKey[dict[str, Election]]()
+
+
+def track(stash: Stash, election: Election) -> None:
+    """Make ``election`` known in ``stash`` (``worker.stash``) under its lease's name, so other
+    plugins read its figures (the metrics export them) until :func:`untrack`."""
+    stash.setdefault(ELECTIONS, {})[election.lease.name] = election
+
+
+def untrack(stash: Stash, election: Election) -> None:
+    tracked = stash.get(ELECTIONS, {})
+    if tracked.get(election.lease.name) is election:
+        del tracked[election.lease.name]

@@ -29,6 +29,7 @@ __all__ = [
     "parse_brokers",
     "parse_hostname",
     "parse_queues",
+    "scheme_of",
 ]
 
 LOGLEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")

@@ -14,6 +14,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker_core import hookimpl
+from worker_core.election import ELECTIONS
+
+from .queues import election_families
 
 if TYPE_CHECKING:
     from worker_core import Request
@@ -229,6 +232,7 @@ class WorkerGauges(Collector):
             yield gauge("worker_pool_processes", "Executors in the pool (processes or threads).",
                         pool.num_processes)
         yield from plugin_gauges(worker, names, values)
+        yield from election_families(worker.stash.get(ELECTIONS, {}), names, values)
 
 
 def plugin_gauges(worker: Any, names: tuple[str, ...] = ("hostname",),
