@@ -78,16 +78,20 @@ def test_countdowns_held_through_a_clock_step_run_on_time(workers, server, clien
 def test_a_worker_an_hour_off_beside_a_correct_one_takes_no_lease_and_loses_none(
         workers, server, client, tmp_path, offset):
     clock = FakeClock(tmp_path, offset)
-    # the skewed worker holds at most twelve countdowns: the correct one takes the other six
+    # the correct worker is up first, on another queue; the skewed one holds at most twelve
+    # countdowns, then the correct one consumes their queue too and takes the other six
+    correct = workers.start("-Q", "elsewhere", "-c", "2", pool="threads", broker=server.url, env=ENV)
     skewed = workers.start("-c", "2", pool="threads", broker=server.url,
                            env={**ENV, **clock.env(), "WORKER_WORKER_ETA_TASK_LIMIT": "12"})
     key = f"runs-{uuid.uuid4().hex[:8]}"
     for n in range(12):
-        basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=4 * VISIBILITY_TIMEOUT)
+        basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=6 * VISIBILITY_TIMEOUT)
     wait_for(lambda: skewed.log().count(" received") == 12, message="the skewed worker to hold twelve")
-    correct = workers.start("-c", "2", pool="threads", broker=server.url, env=ENV)
+    [reply] = broadcast(basic.app, "add_consumer", {"queue": "celery"}, destination=[correct.name],
+                        timeout=10, limit=1)
+    assert "ok" in reply[correct.name], reply
     for n in range(12, 18):
-        basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=4 * VISIBILITY_TIMEOUT)
+        basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=6 * VISIBILITY_TIMEOUT)
     wait_for(lambda: correct.log().count(" received") == 6, message="the correct worker to hold six")
     skew = _stats(skewed.name)["wall_clock"]["broker_skew"]
     assert abs(skew + offset) < 5, skew  # the broker's clock minus the worker's

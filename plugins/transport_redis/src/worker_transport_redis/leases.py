@@ -108,6 +108,8 @@ class Leases:
         self._backoff = Backoff()
         #: when (monotonic) Redis last answered a renewal or a probe
         self._answered = monotonic()
+        #: seconds without a confirmed renewal after which the leases are in doubt
+        self._doubt_after = self.interval() * 4 * _DOUBT
 
     def __len__(self) -> int:
         return len(self._held)
@@ -165,7 +167,7 @@ class Leases:
         """Whether the leases may have lapsed: messages are held and no renewal was confirmed for
         half the visibility timeout (by the monotonic clock, which a stopped process does not
         fool: it reads the time that passed)."""
-        return bool(self._held) and monotonic() - self._confirmed > self.interval() * 4 * _DOUBT
+        return bool(self._held) and monotonic() - self._confirmed > self._doubt_after
 
     def lost_leases(self) -> frozenset[str] | None:
         """The held messages whose lease this process lost; while the leases are in doubt, asked
@@ -304,6 +306,7 @@ class Leases:
         """Renew through ``renewer`` (the newest attached channel is used) until it detaches."""
         with self._lock:
             self._renewers.append(renewer)
+            self._doubt_after = self.interval() * 4 * _DOUBT
         if self._held or self.refused_because is not None:
             self._start()
 
@@ -330,6 +333,7 @@ class Leases:
         with self._lock:
             if renewer in self._renewers:
                 self._renewers.remove(renewer)
+            self._doubt_after = self.interval() * 4 * _DOUBT
             if not self._renewers:
                 self._wake.set()
 
