@@ -28,8 +28,8 @@ def cluster() -> Iterator[Cluster]:
     own.remove()
 
 
-def environment(schema: str) -> dict[str, str]:
-    options = {"schema": schema, **FAST_RETRY}
+def environment(schema: str, **extra: str) -> dict[str, str]:
+    options = {"schema": schema, **FAST_RETRY, **extra}
     return {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": json.dumps(options),
             "WORKER_RESULT_BACKEND_TRANSPORT_OPTIONS": json.dumps({"schema": schema})}
 
@@ -107,8 +107,9 @@ def test_a_standby_promoted_behind_the_same_address_loses_no_task(workers, clust
     schema, proof = schema_name("failover"), tmp_path / "ran"
     configure_client(address, address, schema)
     try:
+        # (takes and acknowledgements wait for the standby too: none is delivered again)
         worker = workers.start("-c", "2", pool="prefork", broker=address, backend=address,
-                               env=environment(schema))
+                               env=environment(schema, consumer_synchronous_commit="on"))
         results = send(proof)
         wait_for(lambda: len(basic.lines(proof)) >= TASKS // 4, timeout=60, message="a quarter of the tasks")
         cluster.stop("immediate")  # the primary is gone at once

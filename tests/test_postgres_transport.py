@@ -264,3 +264,43 @@ def test_a_killed_workers_tasks_run_once_on_another_worker(
     assert sorted(result.get(timeout=60) for result in results) == [0, 1, 2, 3]
     assert sorted(map(int, basic.lines(proof))) == [0, 1, 2, 3]
     second.wait_log("whose lease lapsed")
+
+
+def test_a_worker_holds_the_connections_the_page_says(workers, client, environment) -> None:
+    """prefork -c 2 with results: about 4 + N (consumer, LISTEN, leases, publisher, results in the
+    main process and in each child that stores results)."""
+    import psycopg
+    from workers import children_of
+
+    worker = workers.start("-c", "2", pool="prefork", broker=POSTGRES_URL, backend=POSTGRES_URL,
+                           env=environment)
+    results = [basic.record_slowly.delay("/dev/null", n, 0.3) for n in range(6)]  # held, then stored
+    assert [result.get(timeout=30) for result in results] == list(range(6))
+    pids = [worker.pid, *children_of(worker.pid)]
+    query = "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'worker %'"
+    with psycopg.connect(POSTGRES_URL) as db:
+        names = [row[0] for row in db.execute(query).fetchall()]
+    mine = [name for name in names if int(name.rpartition(":")[2]) in pids]
+    assert 3 <= len(mine) <= 4 + 2, mine
+
+
+def test_the_metrics_gauges_show_the_queue_lengths_read_from_sql(settings: Settings) -> None:
+    from worker_transport_postgres.plugin import worker_gauges
+
+    with _connect(settings) as connection:
+        queue = task_queue(f"gauges-{uuid.uuid4().hex[:8]}", settings)
+        queue(connection.default_channel).declare()
+        producer = kombu.Producer(connection)
+        where = {"exchange": queue.exchange, "routing_key": queue.routing_key, "serializer": "json"}
+        for _ in range(3):
+            producer.publish({"n": 1}, **where)
+        producer.publish({"n": 2}, headers={"eta": "2999-01-01T00:00:00+00:00"}, **where)
+        with kombu.Consumer(connection, [queue], accept=["json"], on_message=lambda message: None,
+                            prefetch_count=1):
+            transport = connection.transport
+            transport.pump()  # one taken; the maintenance reads the lengths
+            transport._read_depths(transport.db())
+            gauges = {(gauge.labels["queue"], gauge.labels["state"]): gauge.value
+                      for gauge in worker_gauges(None) if gauge.name == "worker_postgres_queue_messages"}
+    assert gauges[(queue.name, "delayed")] == 1
+    assert gauges[(queue.name, "ready")] == 2 and gauges[(queue.name, "taken")] == 1

@@ -33,6 +33,10 @@ else:
     def latency(sent_at):
         sink.latency(sent_at)
 
+    @app.task(name="bench.work", ignore_result=True)
+    def work():
+        sink.work()
+
 
 @app.task(name="bench.sleep", ignore_result=True)
 def sleep(seconds):

@@ -93,6 +93,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self.polling_interval = config.polling_interval
         self._connect_timeout = client.connect_timeout
         self._db: Any = None
+        self._committing = "on"
         self._listener: Any = None
         #: set once the connection was lost (``Connection.collect``): nothing is written any more
         self.lost = False
@@ -131,7 +132,22 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                 prepare_threshold=self.config.prepare_threshold,
                 timeout=self._connect_timeout,
             )
+            self._committing = "on"
+            if self._consumed:
+                self._commit_as_consumer(db)
         return db
+
+    def _commit_as_consumer(self, db: Any) -> None:
+        """Once this connection consumes: its takes, acknowledgements and requeues commit with
+        ``consumer_synchronous_commit`` (``off`` by default: without waiting for the WAL flush,
+        which a clean shutdown still makes; a crash or a failover to an asynchronous standby can
+        then deliver again what was taken or acknowledged in its last moments, never lose a
+        message). Connections that only publish keep the server's setting: a task sent is on
+        disk before the send returns."""
+        wanted = self.config.consumer_synchronous_commit
+        if self._committing != wanted:
+            db.execute(f"SET synchronous_commit TO {wanted}")
+            self._committing = wanted
 
     def ensure_tables(self) -> None:
         """Create or migrate the broker's tables on the first connection of this process (with
@@ -223,6 +239,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                 if queue_id is not None:
                     consumed.setdefault(queue_id, []).append((channel, queue))
         self._consumed = consumed
+        if consumed and self._db is not None and not self._db.closed:
+            self._commit_as_consumer(self._db)
         self.mark_all()
 
     def mark_all(self) -> None:
@@ -340,6 +358,13 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             logger.info("Deleted %d expired message(s)", expired.rowcount)
         if self._rounds % QUEUE_EXPIRY_ROUNDS == 1:
             self._expire_queues(db)
+            self._read_depths(db)
+
+    def _read_depths(self, db: Any) -> None:
+        names = sorted({queue for pairs in self._consumed.values() for _, queue in pairs})
+        rows = db.execute(self.sql.depths, (names,)).fetchall() if names else []
+        self.location.depths = {name: {"ready": int(ready), "delayed": int(delayed), "taken": int(taken)}
+                                for name, ready, delayed, taken in rows}
 
     def _expire_queues(self, db: Any) -> None:
         db.execute(self.sql.forget_counters)

@@ -29,7 +29,7 @@ from typing import Any
 from .database import connect, connection_errors
 from .schema import Names
 
-__all__ = ["Location", "location_of", "parse_tag", "tag_arrays"]
+__all__ = ["Location", "location_of", "locations", "parse_tag", "tag_arrays"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ class Location:
         self._failing = False
         #: whether this process migrated (or checked) the tables already
         self.migrated = False
+        #: the consumed queues' ``{"ready", "delayed", "taken"}`` as the last maintenance read
+        #: them from SQL (the metrics' gauges)
+        self.depths: dict[str, dict[str, int]] = {}
 
     def __len__(self) -> int:
         return len(self._held)
@@ -264,6 +267,12 @@ def _forget_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+def locations() -> list[Location]:
+    """Every location this process uses."""
+    with _registry_lock:
+        return list(_registry.values())
 
 
 def location_of(

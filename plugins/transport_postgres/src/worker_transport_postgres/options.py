@@ -105,6 +105,14 @@ def _table(name: str, value: Any) -> str:
     return check_schema(value, f"transport option {name!r}")
 
 
+def _commit(name: str, value: Any) -> str:
+    choices = ("on", "off", "local", "remote_write", "remote_apply")
+    if value not in choices:
+        raise ConfigurationError(f"transport option {name!r} must be one of {', '.join(choices)} "
+                                 f"(PostgreSQL's synchronous_commit) (got {value!r})")
+    return str(value)
+
+
 def _threshold(name: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -125,6 +133,7 @@ BROKER_OPTIONS: Mapping[str, tuple[Any, Callable[[str, Any], Any]]] = {
     "listen_url": (None, _optional_url),
     "prepare_threshold": (5, _threshold),
     "migrate": (True, _flag),
+    "consumer_synchronous_commit": ("off", _commit),
 }
 #: The ``result_backend_transport_options`` the result backend reads.
 BACKEND_OPTIONS: Mapping[str, tuple[Any, Callable[[str, Any], Any]]] = {
@@ -182,6 +191,7 @@ class BrokerConfig:
     listen_conninfo: str
     prepare_threshold: int | None
     migrate: bool
+    consumer_synchronous_commit: str
     passed: Mapping[str, Any]
 
     def location(self) -> tuple[str, str, str, str]:
@@ -207,5 +217,6 @@ def check_broker(url: str, given: Mapping[str, Any]) -> BrokerConfig:
         listen_conninfo=conninfo if listen_url is None else conninfo_of(listen_url),
         prepare_threshold=known["prepare_threshold"],
         migrate=known["migrate"],
+        consumer_synchronous_commit=known["consumer_synchronous_commit"],
         passed=options,
     )
