@@ -116,3 +116,34 @@ def test_a_result_redis_refuses_past_the_bound_is_stored_as_failure_with_the_rea
     assert "it refused for 2s: out of memory" in str(result.result)
     assert basic.runs(REDIS_TEST_URL, key) == {7: 1}
     assert worker.log().count("The result backend's Redis refuses work") == 1
+
+
+def test_a_worker_started_on_a_read_only_replica_waits_for_it_to_take_writes(workers, server, tmp_path, client):
+    # The worker's Redis is a replica of another: it refuses the worker's writes (READONLY) from
+    # the start. The worker says so once, tries again with a growing delay (no reconnect loop), and
+    # starts as soon as the replica is promoted.
+    directory = tmp_path / "replica"
+    directory.mkdir()
+    replica = RedisServer(directory).start()
+    try:
+        replica_client = redis.Redis.from_url(replica.url)
+        replica_client.replicaof("127.0.0.1", server.port)
+        wait_for(lambda: replica_client.info("replication")["master_link_status"] == "up", timeout=20,
+                 message="the replica to follow its master")
+        worker = workers.start("-c", "1", pool="threads", broker=replica.url, backend=replica.url, env=ENV,
+                               ready=False)
+        worker.wait_log("MainProcess] Redis refuses work: it is a read-only replica", timeout=20)
+        time.sleep(REFUSING)  # the fault under test: the worker waits it out
+        assert " ready." not in worker.log()
+        replica_client.replicaof("NO", "ONE")
+        worker.wait_ready(timeout=30)
+        worker.wait_log("The broker takes work again after", timeout=10)
+        basic.app.conf.update(broker_url=replica.url, result_backend=replica.url)
+        basic.app.close()
+        assert basic.add.delay(2, 3).get(timeout=20) == 5
+        log = worker.log()
+        assert log.count("MainProcess] Redis refuses work") == 1
+        assert "Connection to broker lost" not in log
+        assert len(_unexpected(log)) <= 3, "\n".join(_unexpected(log))
+    finally:
+        replica.stop()
