@@ -118,7 +118,8 @@ def test_a_result_redis_refuses_past_the_bound_is_stored_as_failure_with_the_rea
     assert worker.log().count("The result backend's Redis refuses work") == 1
 
 
-def test_a_worker_started_on_a_read_only_replica_waits_for_it_to_take_writes(workers, server, tmp_path, client):
+def test_a_worker_started_on_a_read_only_replica_waits_for_it_to_take_writes(
+        workers, server, tmp_path, client):
     # The worker's Redis is a replica of another: it refuses the worker's writes (READONLY) from
     # the start. The worker says so once, tries again with a growing delay (no reconnect loop), and
     # starts as soon as the replica is promoted.
