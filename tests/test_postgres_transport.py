@@ -304,3 +304,11 @@ def test_the_metrics_gauges_show_the_queue_lengths_read_from_sql(settings: Setti
                       for gauge in worker_gauges(None) if gauge.name == "worker_postgres_queue_messages"}
     assert gauges[(queue.name, "delayed")] == 1
     assert gauges[(queue.name, "ready")] == 2 and gauges[(queue.name, "taken")] == 1
+
+
+def test_the_transport_tells_the_databases_clock(settings: Settings) -> None:
+    from worker_core.slots import TellsTime
+
+    assert isinstance(PostgresTransport, TellsTime)
+    with _connect(settings) as connection:
+        assert abs(PostgresTransport.broker_time(connection) - time.time()) < 2  # the same machine's clock

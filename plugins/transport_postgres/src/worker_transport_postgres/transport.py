@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         KeepsRecords,
         LeasesMessages,
         RewritesUrls,
+        TellsTime,
         Transport,
     )
 
@@ -55,6 +56,14 @@ class PostgresTransport:
     def default_result_backend(cls, broker_url: str) -> str | None:
         # As in Celery: results are off unless result_backend is set.
         return None
+
+    @classmethod
+    def broker_time(cls, connection: Connection) -> float:
+        """PostgreSQL's clock (``clock_timestamp()``), seconds since the epoch: the clock the
+        countdowns held in the table and the leases are judged by."""
+        channel = cls._channel(connection)
+        row = channel._db().execute("SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        return float(row[0])
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -91,7 +100,8 @@ class PostgresTransport:
     def connection_options(self) -> dict[str, Any]:
         return {"transport_options": {"postgres": self.config, **self.config.passed}}
 
-    def _channel(self, connection: Connection) -> Any:
+    @staticmethod
+    def _channel(connection: Connection) -> Any:
         from .channel import Channel
 
         channel = connection.default_channel
@@ -149,5 +159,6 @@ if TYPE_CHECKING:
     _COUNTS: type[CountsDeliveries] = PostgresTransport
     _LEASES: type[LeasesMessages] = PostgresTransport
     _URLS: type[RewritesUrls] = PostgresTransport
+    _TIME: type[TellsTime] = PostgresTransport
     _ELECTS: type[ElectsLeaders] = PostgresTransport
     _RECORDS: type[KeepsRecords] = PostgresTransport
