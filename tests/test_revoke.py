@@ -3,6 +3,7 @@ discarded at once while they wait, killed while they run."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -307,12 +308,24 @@ def test_revoked_ids_saved_and_loaded_keep_their_age(tmp_path):
     ("{not json", "cannot read the state file"),
     ('{"clock": 3}', "does not hold revoked task ids"),
     ('{"revoked": {"a": "yesterday"}}', "does not hold revoked task ids"),
+    ('{"revoked": {}, "clock": "late"}', "holds a clock that is not a whole number"),
 ])
 def test_a_state_file_that_is_not_ours_is_refused(tmp_path, content, error):
     path = tmp_path / "state.json"
     path.write_text(content)
     with pytest.raises(ValueError, match=error):
         RevokedIds().load(str(path))
+
+
+def test_a_state_file_celery_s_worker_wrote_is_named_as_such(tmp_path):
+    import shelve
+
+    path = str(tmp_path / "w1.state")
+    with shelve.open(path) as db:  # what Celery's worker keeps there
+        db["clock"] = 7
+    written = next(p for p in tmp_path.iterdir())  # dbm may add a suffix: Celery's -S names that file
+    with pytest.raises(ValueError, match=r"is a dbm.* database, as Celery's worker writes it"):
+        RevokedIds().load(str(written))
 
 
 def test_with_statedb_revoked_ids_survive_a_restart(start, tmp_path):
@@ -323,8 +336,11 @@ def test_with_statedb_revoked_ids_survive_a_restart(start, tmp_path):
     _ask("revoke", task_id=task_id)
     assert task_id in state.read_text()  # written at once, not only at a clean shutdown
     worker.stop()
+    kept = json.loads(state.read_text())["clock"]
+    assert kept >= 1  # the revoke request moved it
     worker = start("solo", "-S", str(state))
-    worker.wait_log("Loaded 1 revoked task id(s) from")
+    worker.wait_log(f"Loaded 1 revoked task id(s) and the logical clock ({kept}) from")
+    assert _ask("clock")["clock"] > kept  # the clock goes on from where it was, as in Celery
     assert _ask("revoked") == [task_id]
     basic.record.apply_async((str(proof), "x"), task_id=task_id)
     assert basic.add.delay(1, 1).get(timeout=20) == 2

@@ -3,15 +3,13 @@ discarded instead of run.
 
 As in Celery, the set is per worker and bounded: at most :data:`REVOKES_MAX` ids (the oldest go
 first) for :data:`REVOKE_EXPIRES` seconds each (10,800 s: three hours). With ``--statedb`` the
-ids are kept in a file (JSON: each id with the time it was revoked) across restarts.
+ids are kept in a file across restarts (see :mod:`worker_core.statedb`).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 __all__ = ["REVOKES_MAX", "REVOKE_EXPIRES", "RevokedIds"]
 
@@ -69,34 +67,33 @@ class RevokedIds:
         self.purge()
         return iter(list(self._ids))
 
-    def save(self, path: str) -> None:
-        """Write the ids and when they were revoked to ``path`` (replaced in one step)."""
+    def state(self) -> dict[str, float]:
+        """The ids that have not expired, each with the wall-clock time it was revoked."""
         self.purge()
         offset = time.time() - self._clock()
-        state = {"revoked": {task_id: revoked_at + offset for task_id, revoked_at in self._ids.items()}}
-        temporary = f"{path}.{os.getpid()}.tmp"
-        with open(temporary, "w", encoding="utf-8") as file:
-            json.dump(state, file)
-        os.replace(temporary, path)
+        return {task_id: revoked_at + offset for task_id, revoked_at in self._ids.items()}
 
-    def load(self, path: str) -> int:
-        """Add the ids ``path`` holds that have not expired; a missing file holds none. Raises
-        ``ValueError`` naming the file when it is not one this class wrote. Returns how many."""
-        try:
-            with open(path, encoding="utf-8") as file:
-                state = json.load(file)
-        except FileNotFoundError:
-            return 0
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"cannot read the state file {path!r}: {exc}") from None
-        revoked = state.get("revoked") if isinstance(state, dict) else None
-        if not isinstance(revoked, dict) or not all(
-                isinstance(k, str) and isinstance(v, (int, float)) for k, v in revoked.items()):
-            raise ValueError(f"the state file {path!r} does not hold revoked task ids (was it written by "
-                             "another program?)")
+    def restore(self, revoked: Mapping[str, float]) -> int:
+        """Add ids with the wall-clock time each was revoked (see :meth:`state`); those expired
+        are left out. Returns how many ids this holds then."""
         offset = time.time() - self._clock()
         for task_id, when in sorted(revoked.items(), key=lambda item: item[1]):
             self._ids.pop(task_id, None)
             self._ids[task_id] = when - offset
         self.purge()
         return len(self._ids)
+
+    def save(self, path: str) -> None:
+        """Write the ids and when they were revoked to the state file ``path`` (see
+        :mod:`worker_core.statedb`, which keeps the logical clock there too)."""
+        from .statedb import State, write_state
+
+        write_state(path, State(self.state()))
+
+    def load(self, path: str) -> int:
+        """Add the ids the state file ``path`` holds that have not expired; a missing file holds
+        none. Raises ``ValueError`` naming the file when it is not one this worker wrote.
+        Returns how many."""
+        from .statedb import read_state
+
+        return self.restore(read_state(path).revoked)

@@ -104,11 +104,7 @@ class Worker:
         execution.install(self.app, self.plugins.hooks)
         _warn_about_unsafe_content(self.app.settings.accept_content)
         if self.options.statedb:
-            try:
-                loaded = self.revoked.load(self.options.statedb)
-            except ValueError as exc:  # the options checked it; it changed since
-                raise ConfigurationError(f"--statedb: {exc}") from None
-            logger.info("Loaded %d revoked task id(s) from %s", loaded, self.options.statedb)
+            self.load_state()
         self.notify("worker_init", worker=self)
         try:
             self.blueprint.start(self)
@@ -128,14 +124,33 @@ class Worker:
         if started:
             self.notify("worker_stopped", worker=self, how=how)
 
+    def load_state(self) -> None:
+        """Take the revoked ids and the logical clock ``--statedb`` kept (at start)."""
+        from ..statedb import read_state
+
+        path = self.options.statedb
+        assert path is not None
+        try:
+            state = read_state(path)
+        except ValueError as exc:  # the options checked it; it changed since
+            raise ConfigurationError(f"--statedb: {exc}") from None
+        loaded = self.revoked.restore(state.revoked)
+        self.clock.adjust(state.clock)
+        logger.info("Loaded %d revoked task id(s) and the logical clock (%d) from %s", loaded, state.clock,
+                    path)
+
     def save_state(self) -> None:
-        """Write the revoked ids to ``--statedb``, if given (after each revoke and at shutdown)."""
+        """Write the revoked ids and the logical clock to ``--statedb``, if given (after each
+        revoke and at shutdown)."""
+        from ..statedb import State, write_state
+
         if not self.options.statedb:
             return
         try:
-            self.revoked.save(self.options.statedb)
+            write_state(self.options.statedb, State(self.revoked.state(), self.clock.value))
         except OSError as exc:
-            logger.error("Could not save the revoked task ids to %s: %s", self.options.statedb, exc)
+            logger.error("Could not save the state (revoked task ids, logical clock) to %s: %s",
+                         self.options.statedb, exc)
 
     def request_stop(self, *, cold: bool = False) -> None:
         """Ask the worker to stop (safe from a signal handler): warm first, cold when asked
