@@ -35,9 +35,11 @@ def answers(port: int, host: str = "127.0.0.1") -> bool:
 class RedisServer:
     """A redis-server of our own (never the shared one), stopped by its PID."""
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, *, password: str | None = None) -> None:
         self.port = port or free_port()
         self.directory = directory
+        #: ``requirepass``: clients must give it (none by default)
+        self.password = password
         self.process: subprocess.Popen[bytes] | None = None
         if shutil.which("redis-server") is None:
             raise RuntimeError("redis-server is not installed")
@@ -49,7 +51,8 @@ class RedisServer:
     def start(self) -> RedisServer:
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self.directory)],
+             "--appendonly", "no", "--dir", str(self.directory),
+             *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10

@@ -15,9 +15,9 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`AcksSurviveReconnect`, :class:`LeasesMessages`, :class:`OffersResultBackend`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
 :class:`DelaysOnBroker`, :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`,
-:class:`ReportsRefusals`, :class:`TellsTime`, :class:`SuccessIsFinal`, :class:`DiscardsResults`,
-:class:`SavesGroups`, :class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`,
-:class:`RestartsProcesses`): a plugin offers
+:class:`ReportsRefusals`, :class:`TellsTime`, :class:`ExplainsConnectFailures`,
+:class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
+:class:`RepliesToSender`, :class:`BackendCountsDeliveries`, :class:`RestartsProcesses`): a plugin offers
 one by defining all of its members, and the worker tests for it with ``isinstance``. A
 capability made of class attributes is tested on the class itself as well as on an instance
 (a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
@@ -53,11 +53,13 @@ __all__ = [
     "BrokerStatus",
     "BuffersDeliveries",
     "ChordCount",
+    "ConnectFailure",
     "CountsDeliveries",
     "DelaysOnBroker",
     "DiscardsResults",
     "ElectsLeaders",
     "EventLoop",
+    "ExplainsConnectFailures",
     "FailoverStrategy",
     "FansOutEvents",
     "FencesLeases",
@@ -341,8 +343,8 @@ class Transport(Protocol):
     :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
     :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
     :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`,
-    :class:`TellsTime`; its channels may be :class:`ParksMessages` and :class:`FencesLeases`. The
-    worker never asks which broker it has:
+    :class:`TellsTime`, :class:`ExplainsConnectFailures`; its channels may be
+    :class:`ParksMessages` and :class:`FencesLeases`. The worker never asks which broker it has:
     what differs between brokers is one of these, with the behaviour without it said in its
     docstring.
 
@@ -499,6 +501,33 @@ class AdoptsQueues(Protocol):
     def declaration_differs(self, exc: BaseException) -> bool:
         """Whether ``exc`` is the broker refusing a declaration because the queue or exchange
         exists with other arguments."""
+
+
+@attrs.frozen
+class ConnectFailure:
+    """Why a connection to a broker could not be made, in words (what the broker refused and the
+    fix), and whether trying again on the reconnect schedule can help (a missing virtual host may
+    be created meanwhile; a wrong password stays wrong)."""
+
+    reason: str
+    retry: bool = True
+
+
+@runtime_checkable
+class ExplainsConnectFailures(Protocol):
+    """A transport that says in words why a connection to its broker could not be made: a login,
+    a virtual host, a permission refused. (A broker that refuses work on a connection it accepted
+    is :class:`ReportsRefusals`.)
+
+    Test for it with ``isinstance(transport, ExplainsConnectFailures)``. The worker asks it about
+    every error a connection attempt raises: each attempt is then one log line with the reason,
+    and one that trying again cannot mend stops the worker with that line. Without it (or when it
+    returns None) the error is logged as the library words it, and every connection error is
+    retried on the reconnect schedule.
+    """
+
+    def explain_connect_failure(self, exc: BaseException) -> ConnectFailure | None:
+        """``exc``, raised by ``connection.connect()``, explained; None to leave it as it is."""
 
 
 @runtime_checkable
@@ -1359,7 +1388,8 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
              RestartsProcesses),
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
                   FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, RewritesUrls,
-                  ElectsLeaders, KeepsRecords, ReportsRefusals, TellsTime),
+                  ElectsLeaders, KeepsRecords, ReportsRefusals, TellsTime,
+                  ExplainsConnectFailures),
     "loop": (),
     "autoscaler": (),
     "failover": (),

@@ -17,6 +17,7 @@ from ..app.settings import Settings
 from ..exceptions import ConfigurationError, ConnectionLostError
 from ..plugins.manager import PluginManager
 from ..redaction import redact_url
+from ..slots import ConnectFailure, ExplainsConnectFailures
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
@@ -26,6 +27,23 @@ if TYPE_CHECKING:
 __all__ = ["Connector", "retry_intervals"]
 
 logger = logging.getLogger("worker.consumer")
+
+
+def explained(transport: object, exc: BaseException) -> ConnectFailure:
+    """Why a connection attempt failed, in one line: the transport's words for it
+    (:class:`~worker_core.slots.ExplainsConnectFailures`), else the error's own, a TLS handshake
+    named as such; retried unless the transport says trying again cannot help."""
+    import ssl
+
+    if isinstance(transport, ExplainsConnectFailures):
+        failure = transport.explain_connect_failure(exc)
+        if failure is not None:
+            return failure
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, ssl.SSLError):
+        return ConnectFailure(f"the TLS handshake failed ({text}); check the broker's TLS port and "
+                              "certificates (broker_use_ssl)")
+    return ConnectFailure(text.rstrip("."))
 
 
 def retry_intervals(start: float, step: float, maximum: float) -> Iterator[float]:
@@ -81,27 +99,35 @@ class Connector:
         while True:
             transport = transport_for(self.plugins, url, settings)
             connection = connection_through(transport, url, settings, **self.connection_options)
+            # a broker may refuse the connection with what its library counts as a channel error
+            # (py-amqp's ACCESS_REFUSED for a login)
+            failures = (*connection.recoverable_connection_errors, *connection.connection_errors,
+                        *connection.channel_errors, OSError)
             try:
                 if before is not None:
                     before(connection, url)
                 connection.connect()
-            except (*connection.recoverable_connection_errors, OSError) as exc:
+            except failures as exc:
                 connection.release()
+                failure = explained(transport, exc)
+                if not failure.retry:
+                    raise ConnectionLostError(
+                        f"cannot connect to {redact_url(url)}: {failure.reason}") from exc
                 if not retry:
                     raise ConnectionLostError(
-                        f"cannot connect to {redact_url(url)}: {exc}; retrying is off "
+                        f"cannot connect to {redact_url(url)}: {failure.reason}; retrying is off "
                         f"(broker_connection_retry{'_on_startup' if not self.connected_once else ''}=False)"
                     ) from exc
                 if max_retries is not None and retries >= max_retries:
                     raise ConnectionLostError(
-                        f"cannot connect to {redact_url(url)}: {exc}; gave up after {retries} retries "
-                        f"(broker_connection_max_retries={max_retries})"
+                        f"cannot connect to {redact_url(url)}: {failure.reason}; gave up after {retries} "
+                        f"retries (broker_connection_max_retries={max_retries})"
                     ) from exc
                 tried_in_cycle += 1
                 next_url = self.strategy.next(url)
                 if len(self.urls) > 1 and tried_in_cycle < len(self.urls):
-                    logger.error("consumer: Cannot connect to %s: %s.\nWill retry using next failover.",
-                                 redact_url(url), exc)
+                    logger.error("consumer: Cannot connect to %s: %s. Will retry using next failover.",
+                                 redact_url(url), failure.reason)
                     logger.warning("consumer: switching broker from %s to %s", redact_url(url),
                                    redact_url(next_url))
                     url = next_url
@@ -110,8 +136,8 @@ class Connector:
                 wait = next(intervals)
                 retries += 1
                 limit = "inf" if max_retries is None else max_retries
-                logger.error("consumer: Cannot connect to %s: %s.\nTrying again in %.2f seconds... (%d/%s)",
-                             redact_url(url), exc, wait, retries, limit)
+                logger.error("consumer: Cannot connect to %s: %s. Trying again in %.2f seconds... (%d/%s)",
+                             redact_url(url), failure.reason, wait, retries, limit)
                 if next_url != url:
                     logger.warning("consumer: switching broker from %s to %s", redact_url(url),
                                    redact_url(next_url))

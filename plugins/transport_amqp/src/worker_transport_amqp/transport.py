@@ -16,8 +16,10 @@ if TYPE_CHECKING:
         AdoptsQueues,
         BrokerStatus,
         BuffersDeliveries,
+        ConnectFailure,
         DelaysOnBroker,
         ElectsLeaders,
+        ExplainsConnectFailures,
         ReportsRefusals,
         Transport,
     )
@@ -110,6 +112,13 @@ class AmqpTransport:
 
         return ENTRY_EXCHANGE, delayed_routing_key(seconds, routing_key)
 
+    def explain_connect_failure(self, exc: BaseException) -> ConnectFailure | None:
+        """A login refused (stops the worker) or a virtual host missing or not allowed (retried),
+        in one line with the fix (see :mod:`.connect_failures`)."""
+        from .connect_failures import explain
+
+        return explain(exc, self.url)
+
     def queue_depth(self, connection: Connection, queue: str) -> int:
         """Messages ready in ``queue`` (a passive declare); 0 when the queue does not exist."""
         # A failed passive declare closes its channel: never risk the consumer's own channel.
@@ -155,3 +164,4 @@ if TYPE_CHECKING:
     _DELAYS: type[DelaysOnBroker] = AmqpTransport
     _ELECTS: type[ElectsLeaders] = AmqpTransport
     _REFUSALS: type[ReportsRefusals] = AmqpTransport
+    _EXPLAINS: type[ExplainsConnectFailures] = AmqpTransport

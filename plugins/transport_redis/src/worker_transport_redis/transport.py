@@ -15,8 +15,10 @@ if TYPE_CHECKING:
     from worker_core.slots import (
         AcksSurviveReconnect,
         BrokerStatus,
+        ConnectFailure,
         CountsDeliveries,
         ElectsLeaders,
+        ExplainsConnectFailures,
         FansOutEvents,
         KeepsRecords,
         ReportsRefusals,
@@ -146,6 +148,21 @@ class RedisTransport:
             count, _ = pipe.execute()
         return int(count)
 
+    def explain_connect_failure(self, exc: BaseException) -> ConnectFailure | None:
+        """A password refused or missing, in one line with the fix; not retried (it stays wrong)."""
+        from redis.exceptions import AuthenticationError
+
+        from worker_core.slots import ConnectFailure
+
+        if not isinstance(exc, AuthenticationError):
+            return None
+        text = " ".join(str(exc).split()).rstrip(".")
+        if "required" in text.lower():
+            return ConnectFailure(f"Redis asks for a password and the broker URL gives none ({text}): write "
+                                  "it in the URL, redis://:PASSWORD@host:port/db", retry=False)
+        return ConnectFailure(f"Redis refused the login ({text}): check the user name and password in the "
+                              "broker URL (redis://[USER]:PASSWORD@host:port/db)", retry=False)
+
     def lease(self, name: str, holder: str, *, ttl: float) -> RedisLease:
         """A key with a deadline the server keeps (``SET NX PX``), a counter for its fencing
         tokens, and a script that sends a message under it once (see :mod:`.election`)."""
@@ -170,3 +187,4 @@ if TYPE_CHECKING:
     _RECORDS: type[KeepsRecords] = RedisTransport
     _REFUSALS: type[ReportsRefusals] = RedisTransport
     _TIME: type[TellsTime] = RedisTransport
+    _EXPLAINS: type[ExplainsConnectFailures] = RedisTransport
