@@ -282,9 +282,17 @@ CHANGES = [
     ("terminate", {"signal": "KILL", "task_id": ["f00d"]}, "{'signal': 'KILL', 'task_id': ['f00d']}"),
     ("pool_grow", {"n": 1}, "{'n': 1}"),
     ("pool_shrink", {"n": 1}, "{'n': 1}"),
-    ("enable_events", {}, "{}"),
-    ("disable_events", {}, "{}"),
 ]
+
+
+@pytest.mark.parametrize("broker", ["embedded"], indirect=True)
+def test_routine_commands_are_logged_at_debug(workers, broker, client, queue):
+    name = _node("routine")
+    worker = _start(workers, broker, queue, name, "-l", "DEBUG")
+    sender = origin_name()
+    for command in ("enable_events", "ping"):
+        _ask(client, name, command)
+        worker.wait_log(f"DEBUG/MainProcess] Remote control: {command} {{}} (sender {sender})")
 
 
 @pytest.mark.parametrize("broker", ["embedded"], indirect=True)
@@ -297,10 +305,12 @@ def test_every_command_that_changes_the_worker_is_logged_with_its_sender(workers
         worker.wait_log(f"INFO/MainProcess] Remote control: {command} {shown} (sender {sender})")
     _ask(client, name, "revoke", sender="ops-alice@console", task_id="a1")
     worker.wait_log("Remote control: revoke {'task_id': 'a1'} (sender ops-alice@console)")
-    for command in ("ping", "stats", "active_queues", "conf", "registered"):
+    # what monitors send every few seconds (Flower: enable_events) and what only reads: DEBUG
+    quiet = ("enable_events", "disable_events", "heartbeat", "ping", "stats", "active_queues", "conf",
+             "registered")
+    for command in quiet:
         _ask(client, name, command)
-    assert not [c for c in ("ping", "stats", "active_queues", "conf", "registered")
-                if f"Remote control: {c} " in worker.log()]
+    assert not [c for c in quiet if f"Remote control: {c} " in worker.log()]
 
     assert _ask(client, name, "shutdown") == {"ok": "shutting down"}
     assert worker.process.wait(timeout=30) == 0

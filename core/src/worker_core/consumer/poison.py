@@ -16,6 +16,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+import attrs
+
 from ..app.broker import transport_for
 from ..exceptions import WorkerLostError
 from ..protocol.headers import DELIVERY_COUNT, LOST_HEADER, carried_count
@@ -141,11 +143,12 @@ class PoisonCap:
                                                                           BackendCountsDeliveries):
             return
         self._warned_uncapped = True
-        logger.warning(
-            "worker_redelivery_limit=%d cannot hold on queue%s %s for a task that takes its whole "
-            "worker down (a crash under -P threads or solo, or of the worker itself): nothing counts "
-            "its deliveries there, so it comes back after every restart (a prefork child's death is "
-            "still counted). To cap it, make %s quorum queue%s (queue_type='quorum': RabbitMQ counts "
-            "deliveries) or use a result backend that counts them (redis://)",
-            self.limit, "s" if len(classic) > 1 else "", ", ".join(classic),
-            "them" if len(classic) > 1 else "it a", "s" if len(classic) > 1 else "")
+        # one line; a warning only when the limit was changed from its default (Celery has no such
+        # setting: a Celery deployment on classic queues would read it on every start)
+        default = attrs.fields(type(self.consumer.app.settings)).worker_redelivery_limit.default
+        level = logging.WARNING if self.limit != default else logging.INFO
+        logger.log(level, "worker_redelivery_limit=%d cannot hold on queue%s %s for a task that takes its "
+                   "whole worker down (nothing counts deliveries there): make %s quorum queue%s "
+                   "(queue_type='quorum') or use a redis:// result backend",
+                   self.limit, "s" if len(classic) > 1 else "", ", ".join(classic),
+                   "them" if len(classic) > 1 else "it a", "s" if len(classic) > 1 else "")

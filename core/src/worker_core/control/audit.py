@@ -15,11 +15,14 @@ from ..protocol import safe_repr
 from ..redaction import redact_value
 from .mailbox import SENDER_HEADER
 
-__all__ = ["log_command", "log_refused", "sender_of"]
+__all__ = ["ROUTINE", "log_command", "log_inspect", "log_refused", "sender_of"]
 
 logger = logging.getLogger("worker.control")
 
 ARGUMENTS_MAXSIZE = 512
+#: commands monitors send on a timer (Flower's enable_events every few seconds): logged at DEBUG,
+#: like every inspect command, so a day's log is not thousands of them
+ROUTINE = frozenset({"enable_events", "disable_events", "heartbeat"})
 NAME_MAXSIZE = 200
 
 
@@ -52,7 +55,14 @@ def log_command(name: str, arguments: Mapping[str, Any], sender: str) -> None:
         extra = f": {_arguments(arguments)}" if arguments else ""
         logger.warning("Got shutdown from remote (sender %s)%s", sender, extra)
         return
-    logger.info("Remote control: %s %s (sender %s)", name, _arguments(arguments), sender)
+    level = logging.DEBUG if name in ROUTINE else logging.INFO
+    logger.log(level, "Remote control: %s %s (sender %s)", name, _arguments(arguments), sender)
+
+
+def log_inspect(name: str, arguments: Mapping[str, Any], sender: str) -> None:
+    """The DEBUG line of a command that only reads (``ping``, ``stats``, ...)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug("Remote control: %s %s (sender %s)", name, _arguments(arguments), sender)
 
 
 def log_refused(name: str, arguments: Mapping[str, Any], sender: str) -> None:

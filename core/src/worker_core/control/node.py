@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..options import did_you_mean
 from .access import Access
-from .audit import log_command, log_refused, sender_of
+from .audit import log_command, log_inspect, log_refused, sender_of
 from .command import ControlCommand as Command
 from .mailbox import mailbox
 
@@ -61,6 +61,8 @@ class ControlNode:
                 return {"error": self.access.refusal(command)}
             if command.kind == "control":
                 log_command(command.name, arguments, self._sender)
+            else:
+                log_inspect(command.name, arguments, self._sender)
             return command.handler(worker, **arguments)
 
         return handle
