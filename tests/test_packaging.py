@@ -118,10 +118,10 @@ def test_the_third_party_step_is_in_the_graph(venv):
 def test_a_missing_distribution_is_named_in_the_error(venv):
     result = _run(venv, "workerctl", "steps", "-P", "threads")
     assert result.returncode == 2
-    assert "pip install worker-pool-threads" in result.stderr
+    assert "pip install ./plugins/pool_threads (worker-pool-threads" in result.stderr
     result = _run(venv, "workerctl", "steps", "-b", "redis://127.0.0.1:6379/0")
     assert result.returncode == 2
-    assert "pip install worker-transport-redis" in result.stderr
+    assert "pip install ./plugins/transport_redis (worker-transport-redis" in result.stderr
 
 
 def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tmp_path):
@@ -176,6 +176,6 @@ def test_a_celery_app_without_worker_celery_is_refused_naming_the_distribution(v
                                 env=env, capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr
         assert f"-A {spec} names a Celery app (celery.app.base.Celery)" in result.stderr
-        assert "install worker-celery: pip install worker-celery" in result.stderr
+        assert "install its app loader: pip install ./plugins/celery_app (worker-celery" in result.stderr
     imported = _run(venv, "python", "-c", "import celery")
     assert imported.returncode != 0  # the stand-in was only the project's

@@ -106,7 +106,8 @@ def test_a_known_name_that_is_not_installed_says_which_distribution_to_install(s
     manager = PluginManager()
     monkeypatch.setattr(manager, "entries", lambda kind: [e for e in PluginManager.entries(manager, kind)
                                                           if e.name != "prefork"])
-    with pytest.raises(PluginNotFoundError, match="pip install worker-pool-prefork"):
+    hint = r"pip install \./plugins/pool_prefork \(worker-pool-prefork"
+    with pytest.raises(PluginNotFoundError, match=hint):
         manager.slot("pool", "prefork")
 
 

@@ -334,7 +334,7 @@ except ConfigurationError as exc:
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert "need the cryptography package" in run.stdout
-    assert "pip install 'worker-core[auth]'" in run.stdout
+    assert "pip install './core[auth]'" in run.stdout
 
 
 # -- settings errors at start --------------------------------------------------------------------

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..exceptions import AppImportError, ConfigurationError
-from ..plugins.entrypoints import KNOWN_DISTRIBUTIONS
+from ..plugins.entrypoints import KNOWN_DISTRIBUTIONS, install_hint
 from ..plugins.manager import PluginManager
 from .base import App
 
@@ -117,7 +117,7 @@ def _foreign(spec: str, plugins: PluginManager | None, values: list[object],
                 fix = f"its app loader {loader!r} is blocked by {manager.blocked_by(loader)}: remove that"
             else:
                 distribution = KNOWN_DISTRIBUTIONS.get(("app_loader", loader), f"a {loader} app loader")
-                fix = f"to run it with this worker, install {distribution}: pip install {distribution}"
+                fix = f"to run it with this worker, install its app loader: {install_hint(distribution)}"
             raise ConfigurationError(f"-A {spec} names {what} ({cls.__module__}.{cls.__qualname__}); {fix}")
     raise ConfigurationError(no_app())
 

@@ -12,11 +12,13 @@ import attrs
 __all__ = [
     "HOOKS_GROUP",
     "KNOWN_DISTRIBUTIONS",
+    "REPOSITORY_PATHS",
     "SCHEME_SLOTS",
     "SLOT_CHOICE",
     "SLOT_GROUPS",
     "PluginEntry",
     "distribution_of",
+    "install_hint",
     "list_entries",
 ]
 
@@ -69,6 +71,31 @@ KNOWN_DISTRIBUTIONS: Mapping[tuple[str, str], str] = {
         ("result_backend", "postgresql"), ("result_backend", "postgres"),
         ("result_backend", "db+postgresql")]},
 }
+
+
+#: Where each of this project's distributions is in its repository: install hints name these
+#: paths (``pip install ./plugins/pool_prefork``, run from a checkout), never a package name
+#: on the package index.
+REPOSITORY_PATHS: Mapping[str, str] = {
+    "worker-core": "./core",
+    "worker-pool-prefork": "./plugins/pool_prefork",
+    "worker-pool-threads": "./plugins/pool_threads",
+    "worker-pool-asyncio": "./plugins/pool_asyncio",
+    "worker-transport-redis": "./plugins/transport_redis",
+    "worker-transport-amqp": "./plugins/transport_amqp",
+    "worker-autoscale-backlog": "./plugins/autoscale_backlog",
+    "worker-celery": "./plugins/celery_app",
+    "worker-metrics-prometheus": "./plugins/metrics_prometheus",
+}
+
+
+def install_hint(distribution: str) -> str:
+    """``pip install ./plugins/celery_app (worker-celery, from a checkout of this repository)``
+    for one of this project's distributions; for another, how to find it."""
+    path = REPOSITORY_PATHS.get(distribution)
+    if path is None:
+        return f"install the distribution {distribution}"
+    return f"pip install {path} ({distribution}, from a checkout of this repository)"
 
 
 @attrs.frozen

@@ -37,6 +37,7 @@ from .entrypoints import (
     SLOT_GROUPS,
     PluginEntry,
     distribution_of,
+    install_hint,
     list_entries,
 )
 from .hooks import Hooks
@@ -235,7 +236,7 @@ class PluginManager:
             raise PluginLoadError(f"plugin {entry.describe()} {reason}")
         raise PluginNotFoundError(
             f"plugin {name!r} is not installed; it comes with worker-core: reinstall it with "
-            f"`pip install --force-reinstall worker-core`"
+            f"`pip install --force-reinstall ./core` (from a checkout of this repository)"
         )
 
     def provider(self, plugin_name: str) -> Provider:
@@ -383,7 +384,7 @@ class PluginManager:
         text += did_you_mean(tried[-1], available)
         known = next((KNOWN_DISTRIBUTIONS[kind, n] for n in tried if (kind, n) in KNOWN_DISTRIBUTIONS), None)
         if known:
-            text += f" Install it with: pip install {known}"
+            text += f" Install it with: {install_hint(known)}"
         else:
             text += f" Install the distribution that provides it, or choose one with {SLOT_CHOICE[kind]}."
         return text
@@ -429,7 +430,8 @@ class PluginManager:
             return available[0]
         raise PluginNotFoundError(
             "no pool is installed; worker-core provides 'solo': reinstall it with "
-            "`pip install --force-reinstall worker-core`, or install worker-pool-prefork"
+            "`pip install --force-reinstall ./core`, or install the prefork pool: pip install "
+            "./plugins/pool_prefork (from a checkout of this repository)"
         )
 
     # -- reporting -----------------------------------------------------------------------------

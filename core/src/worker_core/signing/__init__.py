@@ -1,5 +1,5 @@
 """Signed messages, interoperable with Celery's ``auth`` serializer: RSA signatures checked
-against trusted certificates before a body is decoded (needs ``pip install 'worker-core[auth]'``).
+against trusted certificates before a body is decoded (needs ``pip install './core[auth]'``).
 
 Internal to worker-core (see :mod:`worker_core` for the public API).
 """

@@ -16,5 +16,5 @@ def require_cryptography() -> None:
         raise ConfigurationError(
             f"signed messages (task_serializer='auth', or 'auth' in accept_content) need the "
             f"cryptography package, which cannot be imported ({exc}); install it with "
-            f"pip install 'worker-core[auth]'"
+            f"pip install './core[auth]' (from a checkout of this repository)"
         ) from None
