@@ -86,6 +86,8 @@ REPOSITORY_PATHS: Mapping[str, str] = {
     "worker-autoscale-backlog": "./plugins/autoscale_backlog",
     "worker-celery": "./plugins/celery_app",
     "worker-metrics-prometheus": "./plugins/metrics_prometheus",
+    "worker-transport-postgres": "./plugins/transport_postgres",
+    "worker-beat": "./plugins/beat",
 }
 
 
