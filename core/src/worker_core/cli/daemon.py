@@ -65,10 +65,17 @@ class Pidfile:
             )
 
     def acquire(self) -> None:
+        """Create the file holding this process's pid, whole at once: written beside it, then
+        linked to its name, which fails if another process created it meanwhile (no reader ever
+        sees it empty)."""
         self.check()
         folder = os.path.dirname(self.path)
+        temporary = f"{self.path}.{os.getpid()}.tmp"
         try:
-            descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            with open(temporary, "w", encoding="ascii") as file:
+                file.write(f"{os.getpid()}\n")
+            os.chmod(temporary, 0o644)
+            os.link(temporary, self.path)
         except FileExistsError:
             raise PidfileHeld(f"--pidfile {self.path}: another process created it just now; is this worker "
                               "starting twice?") from None
@@ -77,8 +84,11 @@ class Pidfile:
                 f"--pidfile {self.path}: cannot create it ({exc.strerror}); create {folder} or give a "
                 "path this user may write"
             ) from None
-        with os.fdopen(descriptor, "w", encoding="ascii") as file:
-            file.write(f"{os.getpid()}\n")
+        finally:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
         self._owned = True
 
     def release(self) -> None:
