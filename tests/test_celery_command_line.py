@@ -75,7 +75,7 @@ def test_every_celery_worker_option_is_an_option_of_workerctl_worker(flag: str, 
     args = [flag] if option.is_flag else [flag, sample_value(str(option.name), tmp_path)]
     try:
         workerctl_worker.make_context("worker", args)
-    except click.UsageError as refused:
+    except click.ClickException as refused:
         message = refused.format_message()
         assert "No such option" not in message
         assert flag in FROM_BEAT, message  # only the beat plugin's options may be missing

@@ -122,6 +122,10 @@ def test_a_missing_distribution_is_named_in_the_error(venv):
     result = _run(venv, "workerctl", "steps", "-b", "redis://127.0.0.1:6379/0")
     assert result.returncode == 2
     assert "pip install ./plugins/transport_redis (worker-transport-redis" in result.stderr
+    beat = _run(venv, "workerctl", "worker", "-A", "nothing", "-B")  # refused before the app is looked for
+    assert beat.returncode == 2 and beat.stderr.splitlines() == [
+        "Error: -B/--beat runs the periodic-task scheduler in the worker, which the beat plugin adds: "
+        "pip install ./plugins/beat"]
 
 
 def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tmp_path):

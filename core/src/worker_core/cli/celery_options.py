@@ -85,7 +85,9 @@ def placeholders(taken: Iterable[str], manager: PluginManager,
 
         def refuse(ctx: click.Context, param: click.Parameter, value: Any, entry: FromPlugin = entry) -> None:
             if param.name is not None and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
-                raise click.UsageError(entry.missing(manager), ctx=ctx)
+                error = click.ClickException(entry.missing(manager))  # one line, no usage text
+                error.exit_code = 2  # type: ignore[misc]
+                raise error
 
         name = "celery_" + entry.flags[-1].lstrip("-").replace("-", "_")
         where = entry.source if entry.source != "worker-core" else f"worker-core's {entry.plugin} plugin"
