@@ -11,6 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
+from .statedb import State, read_state, write_state
+
 __all__ = ["REVOKES_MAX", "REVOKE_EXPIRES", "RevokedIds"]
 
 REVOKES_MAX = 50_000
@@ -86,14 +88,10 @@ class RevokedIds:
     def save(self, path: str) -> None:
         """Write the ids and when they were revoked to the state file ``path`` (see
         :mod:`worker_core.statedb`, which keeps the logical clock there too)."""
-        from .statedb import State, write_state
-
         write_state(path, State(self.state()))
 
     def load(self, path: str) -> int:
         """Add the ids the state file ``path`` holds that have not expired; a missing file holds
         none. Raises ``ValueError`` naming the file when it is not one this worker wrote.
         Returns how many."""
-        from .statedb import read_state
-
         return self.restore(read_state(path).revoked)

@@ -88,6 +88,7 @@ REPOSITORY_PATHS: Mapping[str, str] = {
     "worker-metrics-prometheus": "./plugins/metrics_prometheus",
     "worker-transport-postgres": "./plugins/transport_postgres",
     "worker-beat": "./plugins/beat",
+    "worker-transport-redis-cluster": "./plugins/transport_redis_cluster",
 }
 
 

@@ -20,6 +20,7 @@ from ..health.state import Health
 from ..pools.solo import interrupt_inline_job
 from ..revoked import RevokedIds
 from ..stash import Stash
+from ..statedb import State, read_state, write_state
 
 if TYPE_CHECKING:
     from kombu.asynchronous import Hub
@@ -126,8 +127,6 @@ class Worker:
 
     def load_state(self) -> None:
         """Take the revoked ids and the logical clock ``--statedb`` kept (at start)."""
-        from ..statedb import read_state
-
         path = self.options.statedb
         assert path is not None
         try:
@@ -142,8 +141,6 @@ class Worker:
     def save_state(self) -> None:
         """Write the revoked ids and the logical clock to ``--statedb``, if given (after each
         revoke and at shutdown)."""
-        from ..statedb import State, write_state
-
         if not self.options.statedb:
             return
         try:
