@@ -89,6 +89,7 @@ REPOSITORY_PATHS: Mapping[str, str] = {
     "worker-transport-postgres": "./plugins/transport_postgres",
     "worker-beat": "./plugins/beat",
     "worker-transport-redis-cluster": "./plugins/transport_redis_cluster",
+    "worker-otel": "./plugins/otel",
 }
 
 
