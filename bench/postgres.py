@@ -28,30 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from compare import APPS, Sink, compile_sources, cpu_seconds, pss_mib, stop
+from compare import APPS, Producer, Sink, compile_sources, cpu_seconds, pss_mib, stop
 
 QUEUE = "bench"
 
 
-class Ours:
-    """This project's client, to this worker's queue ``bench``."""
+class Ours(Producer):
+    """This project's client (``compare.py``'s), to this worker's queue ``bench``."""
 
     def __init__(self, broker: str) -> None:
-        from worker_core import App
-
+        super().__init__(broker)
         self.broker = broker
-        self.app = App("bench-driver", broker=broker, task_ignore_result=True, result_backend="disabled")
-
-    def send(self, name: str, args: tuple[Any, ...] = ()) -> None:
-        self.app.send_task(name, args, queue=QUEUE, ignore_result=True)
-
-    def purge(self) -> None:
-        from worker_core.app.broker import connection_for, task_queue
-
-        with connection_for(self.app.plugins, self.app.broker_urls[0], self.app.settings) as connection:
-            queue = task_queue(QUEUE, self.app.settings)(connection.default_channel)
-            queue.declare()
-            queue.purge()
 
     def command(self, concurrency: int) -> list[str]:
         return [sys.executable, "-m", "worker_core", "worker", "-A", "worker_app", "-P", "prefork",
