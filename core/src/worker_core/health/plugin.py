@@ -162,7 +162,8 @@ def worker_shutdown(worker: Worker, how: str) -> None:
 
 @hookimpl
 def worker_shutting_down(worker: Worker, how: str) -> None:
-    worker.health.hold(DRAINING)
+    # called from the signal handler: no lock taken (the state file follows within a second)
+    worker.health.hold(DRAINING, notify=False)
     service = worker.stash.get(HEALTH_SERVICE, None)
     if service is not None and how == "warm":
         service.notifier.send("STOPPING=1", "STATUS=draining")

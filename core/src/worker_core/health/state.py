@@ -10,7 +10,6 @@ attribute or one dictionary, each consistent on its own.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -94,8 +93,9 @@ class Health:
         self.progress = time.monotonic()
         #: when the consumer began (``None`` while booting)
         self.started_at: float | None = None
+        #: reason -> since when; each change is one dictionary operation (atomic), so holding or
+        #: releasing needs no lock: a signal handler may do it (a warm stop holds ``draining``)
         self._held: dict[str, float] = {}
-        self._lock = threading.Lock()
         self._watchers: list[Callable[[], None]] = []
 
     # -- what the worker's parts tell it ----------------------------------------------------------
@@ -111,21 +111,21 @@ class Health:
             self.started_at = self.progress
             self.changed()
 
-    def hold(self, reason: str) -> None:
+    def hold(self, reason: str, *, notify: bool = True) -> None:
         """``reason`` applies from now on (again: no change); the worker is not ready while any
-        reason is held. Safe from any thread."""
+        reason is held. Safe from any thread; from a signal handler, with ``notify=False`` (the
+        watchers then read it at their next turn, within a second)."""
         if reason in self._held:
             return
-        with self._lock:
-            self._held.setdefault(reason, time.monotonic())
-        self.changed()
+        self._held.setdefault(reason, time.monotonic())
+        if notify:
+            self.changed()
 
     def release(self, reason: str) -> None:
         """``reason`` no longer applies (nothing happens if it was not held)."""
         if reason not in self._held:
             return
-        with self._lock:
-            self._held.pop(reason, None)
+        self._held.pop(reason, None)
         self.changed()
 
     def holds(self, reason: str) -> bool:
