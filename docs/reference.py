@@ -157,8 +157,11 @@ def cli_commands() -> Iterator[tuple[str, click.Command]]:
 
 
 def command_options(name: str, command: click.Command) -> list[OptionEntry]:
+    """The command's own options (the plugins' are listed apart, by :func:`plugin_options`)."""
+    from worker_core.cli.common import PluginCommand
+
     entries = []
-    for param in command.params:
+    for param in command.core_params if isinstance(command, PluginCommand) else command.params:
         if not isinstance(param, click.Option):
             continue
         flags = ", ".join(param.opts + param.secondary_opts)

@@ -136,12 +136,17 @@ class PluginCommand(click.Command):
             self._add_plugin_options(manager)
         return super().parse_args(ctx, args)
 
+    @property
+    def core_params(self) -> list[click.Parameter]:
+        """The command's own parameters, without the options the last invocation's plugins added."""
+        if not hasattr(self, "_core_params"):
+            self._core_params = list(self.params)
+        return self._core_params
+
     def _add_plugin_options(self, manager: PluginManager) -> None:
         # The command object outlives one invocation (tests invoke it many times): start from
         # the core parameters each time.
-        if not hasattr(self, "_core_params"):
-            self._core_params = list(self.params)
-        self.params = list(self._core_params)
+        self.params = list(self.core_params)
         self.plugin_options.clear()
         taken = {opt for param in self.params for opt in getattr(param, "opts", ())}
         names = {param.name for param in self.params}
