@@ -195,6 +195,37 @@ class RedisCluster:
         self._wait(lambda: self._answers(port), timeout, f"node {port} answers again")
         self.wait_healthy(timeout)
 
+    def add_node(self, replica_of: int | None = None, timeout: float = 60.0) -> int:
+        """Start one more node and add it (``redis-cli --cluster add-node``) as a primary serving no
+        slot yet, as a cluster grows, or as a replica of the primary ``replica_of``; its port."""
+        (port,) = cluster_ports(1)
+        node = ClusterNode(port, self.directory / str(port), self.tls)
+        self.nodes.append(node)
+        node.start()
+        self._wait(lambda: self._answers(port), timeout, f"node {port} answers")
+        existing = next(each for each in self.nodes if each.alive and each.port != port)
+        add = ["redis-cli", *self._cli_tls(), "--cluster", "add-node", f"127.0.0.1:{port}",
+               f"127.0.0.1:{existing.port}"]
+        if replica_of is not None:
+            add += ["--cluster-slave", "--cluster-master-id", self._node_id(replica_of)]
+        done = subprocess.run(add, capture_output=True, text=True, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster add-node failed:\n{done.stdout}\n{done.stderr}")
+
+        def joined() -> bool:
+            try:
+                known = all(f"127.0.0.1:{port}" in str(self.call(each.port, "CLUSTER", "NODES"))
+                            for each in self._live())
+                return known and "cluster_state:ok" in str(self.call(port, "CLUSTER", "INFO"))
+            except Exception:
+                return False
+
+        self._wait(joined, timeout, f"every node knows node {port}")
+        if replica_of is not None:
+            self._wait(lambda: self.call(port, "INFO", "replication").get("master_link_status") == "up",
+                       timeout, f"node {port} replicates {replica_of}")
+        return port
+
     # -- what the cluster says ------------------------------------------------------------------
 
     def client(self, port: int) -> Any:
@@ -317,7 +348,9 @@ class RedisCluster:
             moved += len(keys)
             if pause:
                 time.sleep(pause)  # the pause is the point: clients meet the slot half moved
-        for port in self.primary_ports():
+        # the target first (it ends its importing state and claims the slot), then the source, then
+        # the other primaries, as redis-cli --cluster reshard does
+        for port in dict.fromkeys([target, source, *self.primary_ports()]):
             self.call(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
         self.wait_healthy()
         return moved

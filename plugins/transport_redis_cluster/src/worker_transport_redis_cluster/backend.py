@@ -210,8 +210,8 @@ class RedisClusterBackend(ClusterChords):
             if self._retrying(action, store_checked) != -1:
                 return
         raise ResultError(
-            f"cannot store the result of task {task_id}: {key} changed each of "
-            f"{CHECKED_STORE_ATTEMPTS} times between reading and writing it"
+            f"cannot store the result of task {task_id}: {key} changed each of {CHECKED_STORE_ATTEMPTS} "
+            f"times between reading and writing it"
         )
 
     def _holds_success(self, value: bytes | str, task_id: str) -> bool:

@@ -19,11 +19,13 @@ from worker_core.protocol.fastjson import dumps, loads
 from worker_core.transports.message import Message, Unreadable, envelope_problem, fresh_tag, tag_problem
 
 from .keys import QueueKeys, exchange_bindings, exchange_fanout, key_slot, shard_names, step_for
-from .location import named
+from .location import Location, named
 from .qos import QoS as ClusterQoS
 from .scripts import DELETE, FETCH, PUBLISH, PURGE, REQUEUE
 
 if TYPE_CHECKING:
+    from worker_core.slots import FencesLeases
+
     from .cluster import Router
     from .kombu_transport import Transport
 
@@ -66,7 +68,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         self.config = config
         self.prefix = config.key_prefix
         self.steps = config.priority_steps
-        self.location = connection.location
+        self.location: Location = connection.location
         #: tag -> physical queue, for the message being delivered (read by the QoS)
         self.recorded: dict[str, str] = {}
         #: queues bound to a fanout exchange here -> the exchange
@@ -90,8 +92,8 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         """The keys of the physical queue ``physical`` under ``config``."""
         if not physical or physical.startswith("}"):
             raise ChannelError(
-                f"queue name {physical!r} cannot be a Redis Cluster hash tag: it must be non-empty "
-                f"and not start with '}}'"
+                f"queue name {physical!r} cannot be a Redis Cluster hash tag: it must be non-empty and not "
+                f"start with '}}'"
             )
         return QueueKeys(physical, config.key_prefix, config.priority_steps)
 
@@ -130,24 +132,12 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         sent = router.run(
             keys.slot, [router.script(PUBLISH, [keys.list_for(step)], [item, keys.wake, self.wake_kind])]
         )
-        self._confirmed(
-            sent.replicas,
-            f"the message published to queue {queue!r} (task {_task_id(message) or '?'})",
-            sent.node,
-        )
-
-    def _confirmed(self, replicas: int | None, what: str, node: str) -> None:
-        wanted = self.config.wait_for_replicas
-        if replicas is not None and replicas < wanted:
-            logger.warning(
-                "%s was confirmed by %d of the %d replica(s) asked for within wait_timeout=%gs: it is on "
-                "primary %s only for now, and a failover of that primary before it reaches a replica "
-                "loses it",
-                what[0].upper() + what[1:],
-                replicas,
-                wanted,
-                self.config.wait_timeout,
-                node,
+        if sent.replicas is not None and sent.replicas < self.config.wait_for_replicas:
+            logger.debug(
+                "the message published to queue %r (task %s) is on primary %s only for now",
+                queue,
+                _task_id(message),
+                sent.node,
             )
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:
@@ -212,10 +202,8 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         if fetched and sent.replicas is not None and sent.replicas < self.config.wait_for_replicas:
             logger.warning(
                 "A fetch of %d message(s) from queue %r was confirmed by %d of the %d replica(s) asked for "
-                "within "
-                "wait_timeout=%gs: if primary %s fails before they reach a replica, the cluster gives them "
-                "out again "
-                "and they may run twice. Tasks: %s",
+                "within wait_timeout=%gs: if primary %s fails before they reach a replica, the cluster gives "
+                "them out again and they may run twice. Tasks: %s",
                 len(fetched),
                 queue,
                 sent.replicas,
@@ -267,6 +255,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         try:
             for payload, tag, physical in pending:
                 if physical is not None and self.location.held(tag) is not None:
+                    self.location.regain(tag)  # the record is this process's again
                     logger.warning(
                         "Message %s (task %s) of queue %r was delivered again while this worker holds it "
                         "(its lease lapsed meanwhile): the copy is dropped, the task runs here once",
@@ -303,6 +292,11 @@ class Channel(virtual.Channel):  # type: ignore[misc]
                     exc,
                     self.config.visibility_timeout,
                 )
+
+    def lost_leases(self) -> frozenset[str] | None:
+        """The held messages whose lease this process lost (:class:`~worker_core.slots.FencesLeases`):
+        see :meth:`.location.Location.lost_leases`."""
+        return self.location.lost_leases()
 
     def requeue(self, physical: str, tags: list[str]) -> int:
         """Give ``tags`` (held here, in delivery order) back to the head of ``physical``; how many
@@ -494,8 +488,8 @@ class Channel(virtual.Channel):  # type: ignore[misc]
         if key not in _unrouted_warned:
             _unrouted_warned.add(key)
             logger.warning(
-                "A message published to exchange %r with routing key %r reached no queue: nothing is "
-                "bound there (said once per exchange and key)",
+                "A message published to exchange %r with routing key %r reached no queue: nothing is bound "
+                "there (said once per exchange and key)",
                 exchange,
                 routing_key,
             )
@@ -509,3 +503,7 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             except Exception as exc:
                 logger.debug("could not write the acknowledgements before closing: %r", exc)
         super().close()
+
+
+if TYPE_CHECKING:
+    _FENCES: type[FencesLeases] = Channel

@@ -161,8 +161,8 @@ class ClusterChords:
                 _, task_id, state, result = value
             except (ValueError, TypeError) as exc:
                 raise ResultError(
-                    f"a result of the chord of group {group_id} ({key}) is not Celery's "
-                    f"[1, task_id, state, result]: {value!r} ({exc})"
+                    f"a result of the chord of group {group_id} ({key}) is not Celery's [1, task_id, state, "
+                    f"result]: {value!r} ({exc})"
                 ) from exc
             parts.append((task_id, state, result))
         return parts

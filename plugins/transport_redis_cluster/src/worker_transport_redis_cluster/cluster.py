@@ -47,6 +47,8 @@ MIGRATION_PATIENCE = 10.0
 MAX_REDIRECTS = 8
 #: The shortest time between two readings of the slot map.
 REFRESH_INTERVAL = 0.25
+#: Milliseconds a WAIT waits on a primary whose last writes no replica confirmed in time.
+UNCONFIRMED_WAIT_MS = 10
 
 
 class ClusterUnreachable(errors.ConnectionError):
@@ -141,6 +143,8 @@ class Router:
         self._scripts: dict[str, Script] = {}
         self._refreshed = 0.0
         self._lock = threading.Lock()
+        #: primaries whose writes are not confirmed by enough replicas -> since when (monotonic)
+        self._unconfirmed: dict[str, float] = {}
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -203,8 +207,8 @@ class Router:
                 elif isinstance(reply, errors.TryAgainError):
                     if time.monotonic() > patience:
                         raise NodeUnavailable(
-                            f"slot {slot} has been migrating for more than "
-                            f"{MIGRATION_PATIENCE:g}s (TRYAGAIN from {name})",
+                            f"slot {slot} has been migrating for more than {MIGRATION_PATIENCE:g}s (TRYAGAIN "
+                            f"from {name})",
                             slot,
                         ) from reply
                 elif isinstance(reply, errors.NoScriptError):
@@ -244,15 +248,46 @@ class Router:
             pipe.execute_command(*command)
         waits = write and self.wait_for_replicas > 0
         if waits:
-            pipe.execute_command("WAIT", self.wait_for_replicas, self.wait_ms)
+            short = node.name in self._unconfirmed
+            pipe.execute_command(
+                "WAIT", self.wait_for_replicas, UNCONFIRMED_WAIT_MS if short else self.wait_ms
+            )
         replies = pipe.execute(raise_on_error=False)
         confirmed = None
         if waits:
             last = replies.pop()
             confirmed = int(last) if not isinstance(last, Exception) else 0
+            self._note(str(node.name), confirmed)
         if asking:
             replies = replies[1::2]
         return list(replies), confirmed
+
+    def _note(self, name: str, confirmed: int) -> None:
+        """Say when a primary's writes stop being confirmed by enough replicas, and when they are
+        again; meanwhile each WAIT there is short, so a primary without replicas (one just
+        promoted) does not hold every write for ``wait_timeout``."""
+        if confirmed >= self.wait_for_replicas:
+            since = self._unconfirmed.pop(name, None)
+            if since is not None:
+                logger.warning(
+                    "Writes to primary %s are confirmed by %d replica(s) again, after %.1fs",
+                    name,
+                    confirmed,
+                    time.monotonic() - since,
+                )
+            return
+        if name not in self._unconfirmed:
+            self._unconfirmed[name] = time.monotonic()
+            logger.warning(
+                "Writes to primary %s were confirmed by %d of the %d replica(s) asked for within "
+                "wait_timeout=%gs: until replicas confirm them again (they are down, or behind), what is "
+                "written there is lost if that primary fails, and each write waits %d ms at most for them",
+                name,
+                confirmed,
+                self.wait_for_replicas,
+                self.wait_ms / 1000,
+                UNCONFIRMED_WAIT_MS,
+            )
 
     # -- the slot map ---------------------------------------------------------------------------
 

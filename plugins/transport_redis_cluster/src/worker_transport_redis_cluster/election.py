@@ -340,8 +340,8 @@ class ClusterLease:
                     self._store.commands(self._outbox, [("LREM", self._outbox, -1, raw)])
         except Exception as exc:
             logger.warning(
-                "Could not move the messages the lease %r sent to their queues yet (%s: %s): they stay "
-                "in its outbox and go on the next send or takeover",
+                "Could not move the messages the lease %r sent to their queues yet (%s: %s): they stay in "
+                "its outbox and go on the next send or takeover",
                 self.name,
                 type(exc).__name__,
                 exc,

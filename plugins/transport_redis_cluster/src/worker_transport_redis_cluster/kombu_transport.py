@@ -63,6 +63,7 @@ class _Failing:
     retry_at: float
     delay: float
     reason: str
+    refused: bool
 
 
 def _describe(exc: BaseException) -> str:
@@ -142,6 +143,9 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         self._handed = 0
         self._hub: Any = None
         self._hub_fds: dict[int, str] = {}
+        #: the worker's broker status, when it watches this connection's refusals
+        self.broker_status: Any = None
+        self._refusing = False
 
     def driver_version(self) -> str:
         import redis
@@ -333,6 +337,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                     self._failed(physical, exc)
                     break
                 self._recovered(physical)
+                self._accepted()
                 if len(fetched) < room:
                     self._marked.discard(physical)
                 if fetched:
@@ -346,11 +351,32 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         estimate = channel.qos.can_consume_max_estimate()
         return limit if estimate is None else min(int(estimate), limit)
 
+    def watch(self, status: Any) -> None:
+        """Tell ``status`` (the worker's :class:`~worker_core.slots.BrokerStatus`) when a node starts
+        and stops refusing work."""
+        self.broker_status = status
+        self.location.status = status
+
+    def _refused(self, exc: BaseException) -> None:
+        status = self.broker_status
+        if isinstance(exc, Refused) and status is not None:
+            self._refusing = True
+            status.refused(exc.reason)
+
+    def _accepted(self) -> None:
+        if self._refusing and not any(state.refused for state in self._failing.values()):
+            self._refusing = False
+            if self.broker_status is not None:
+                self.broker_status.accepted()
+
     def _failed(self, physical: str, exc: BaseException) -> None:
+        self._refused(exc)
         now = time.monotonic()
         state = self._failing.get(physical)
         if state is None:
-            state = self._failing[physical] = _Failing(now, now, 0.05, _describe(exc))
+            state = self._failing[physical] = _Failing(
+                now, now, 0.05, _describe(exc), isinstance(exc, Refused)
+            )
             logger.warning(
                 "Cannot fetch from queue %r now (%s); the other queues go on, and this one is tried again",
                 physical,
@@ -387,6 +413,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                 )
             except (NodeUnavailable, Refused) as exc:
                 self.location.put_back(physical, tags)
+                self._refused(exc)
                 failure = exc
                 continue
             lost = [tag.decode() if isinstance(tag, bytes) else str(tag) for tag in sent.replies[0] or ()]
@@ -394,11 +421,9 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                 self.location.acknowledged_without_record(physical, lost)
             if sent.replicas is not None and sent.replicas < self.config.wait_for_replicas:
                 logger.warning(
-                    "Acknowledgements of %d message(s) of queue %r were confirmed by %d of the %d "
-                    "replica(s) asked "
-                    "for within wait_timeout=%gs: if primary %s fails before they reach a replica, those "
-                    "messages "
-                    "come back and run again. Tasks: %s",
+                    "Acknowledgements of %d message(s) of queue %r were confirmed by %d of the %d replica(s) "
+                    "asked for within wait_timeout=%gs: if primary %s fails before they reach a replica, "
+                    "those messages come back and run again. Tasks: %s",
                     len(tags),
                     physical,
                     sent.replicas,
@@ -434,9 +459,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
             if given:
                 self._marked.add(physical)
                 logger.warning(
-                    "Restored %d message(s) of queue %r whose lease lapsed (their worker died, or could "
-                    "not reach the cluster for longer than visibility_timeout=%gs): they are delivered "
-                    "again",
+                    "Restored %d message(s) of queue %r whose lease lapsed (their worker died, or could not "
+                    "reach the cluster for longer than visibility_timeout=%gs): they are delivered again",
                     len(given),
                     physical,
                     self.config.visibility_timeout,

@@ -31,32 +31,31 @@ __all__ = [
 BROKER_OPTIONS: Mapping[str, tuple[Any, str]] = {
     "visibility_timeout": (
         60.0,
-        "seconds a delivered message stays leased without a renewal (renewed every "
-        "quarter of it while the worker holds it)",
+        "seconds a delivered message stays leased without a renewal (renewed every quarter of it while the "
+        "worker holds it)",
     ),
     "fetch_limit": (100, "the most messages one fetch script takes from a queue"),
     "polling_interval": (
         1.0,
-        "seconds between the fallback looks at every queue and the rounds that give "
-        "back messages whose lease lapsed",
+        "seconds between the fallback looks at every queue and the rounds that give back messages whose "
+        "lease lapsed",
     ),
     "priority_steps": (
         [0, 3, 6, 9],
-        "the priority lists of each queue (a message goes to the step at or below "
-        "its priority; the lower number is served first)",
+        "the priority lists of each queue (a message goes to the step at or below its priority; the lower "
+        "number is served first)",
     ),
     "global_keyprefix": ("", "a prefix for every key and channel (no '{' or '}' in it)"),
     "wait_for_replicas": (
         0,
-        "after each write (publish, fetch, acknowledgement), WAIT until this many replicas "
-        "have it; a write they do not confirm in time is logged with the messages it "
-        "concerns",
+        "after each write (publish, fetch, acknowledgement), WAIT until this many replicas have it; a write "
+        "they do not confirm in time is logged with the messages it concerns",
     ),
     "wait_timeout": (1.0, "seconds WAIT waits for the replicas"),
     "sharded_pubsub": (
         None,
-        "wake consumers and fan out through sharded pub/sub (SPUBLISH, Redis 7); None "
-        "asks the server, False uses PUBLISH",
+        "wake consumers and fan out through sharded pub/sub (SPUBLISH, Redis 7); None asks the server, False "
+        "uses PUBLISH",
     ),
     "sharded_queues": (
         {},

@@ -41,7 +41,12 @@ class QoS(virtual.QoS):  # type: ignore[misc]
             self.channel.location.hold(delivery_tag, physical, self, _task_id(message))
 
     def ack(self, delivery_tag: str) -> None:
-        if self.channel.location.ack(delivery_tag):
+        location = self.channel.location
+        if location.settle_lost(delivery_tag):
+            # its lease was lost: the record, if any, is another delivery's (the worker knows)
+            super().ack(delivery_tag)
+            return
+        if location.ack(delivery_tag):
             transport = self.channel.connection
             if transport is not None and not transport.consuming:
                 # nothing loops to write it later (a client taking messages one at a time)
@@ -54,14 +59,14 @@ class QoS(virtual.QoS):  # type: ignore[misc]
             return
         location = self.channel.location
         held = location.held(delivery_tag)
-        if held is not None:
+        if held is not None and not location.settle_lost(delivery_tag):
             try:
                 self.channel.requeue(held.queue, [delivery_tag])
             except Exception as exc:
                 location.release([delivery_tag])
                 logger.warning(
-                    "Could not give message %s (task %s) back to queue %r now (%s: %s): it comes back "
-                    "once its lease lapses (visibility_timeout=%gs)",
+                    "Could not give message %s (task %s) back to queue %r now (%s: %s): it comes back once "
+                    "its lease lapses (visibility_timeout=%gs)",
                     delivery_tag,
                     held.task,
                     held.queue,

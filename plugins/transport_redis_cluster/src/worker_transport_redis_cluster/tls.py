@@ -94,9 +94,8 @@ def _checked(name: str, value: Any, where: str, from_url: bool) -> Any:
     checked = check(value, from_url)
     if checked is None:
         raise ConfigurationError(
-            f"TLS argument {name!r} in {where} must be {expected} (got "
-            f"{redact_value(name, value)!r} that is a {type(value).__name__}); for "
-            f"example {where}={{{name!r}: {example!r}}}"
+            f"TLS argument {name!r} in {where} must be {expected} (got {redact_value(name, value)!r} that is "
+            f"a {type(value).__name__}); for example {where}={{{name!r}: {example!r}}}"
         )
     return checked
 
@@ -111,8 +110,8 @@ def resolve_tls(
     if len(chosen) > 1 and any(value != chosen[0][1] for _, value in chosen[1:]):
         (first, _), (second, _) = chosen[:2]
         raise ConfigurationError(
-            f"{first} and {second} both give TLS arguments for the {role}, and they differ: "
-            f"set only one of them"
+            f"{first} and {second} both give TLS arguments for the {role}, and they differ: set only one of "
+            f"them"
         )
     arguments: dict[str, Any] = {}
     if chosen:
@@ -139,23 +138,20 @@ def resolve_tls(
     if "ssl_cert_reqs" not in arguments:
         raise ConfigurationError(
             f"the {role} at {shown} uses TLS but ssl_cert_reqs is not set, so nothing says whether the "
-            f"nodes' "
-            f"certificates are verified: set ssl_cert_reqs='required' and the CA that signed them, for "
-            f"example "
-            f"rediss-cluster://10.0.0.1:6379/?ssl_cert_reqs=required&ssl_ca_certs={_CA}; "
-            f"ssl_cert_reqs='none' "
-            f"encrypts without verifying (not recommended)"
+            f"nodes' certificates are verified: set ssl_cert_reqs='required' and the CA that signed them, "
+            f"for example rediss-cluster://10.0.0.1:6379/?ssl_cert_reqs=required&ssl_ca_certs={_CA}; "
+            f"ssl_cert_reqs='none' encrypts without verifying (not recommended)"
         )
     if arguments["ssl_cert_reqs"] == "none":
         if arguments.get("ssl_check_hostname") is True:
             raise ConfigurationError(
-                f"the {role} at {shown} has ssl_check_hostname=True but ssl_cert_reqs='none': "
-                f"a host name is checked only on a verified certificate"
+                f"the {role} at {shown} has ssl_check_hostname=True but ssl_cert_reqs='none': a host name is "
+                f"checked only on a verified certificate"
             )
         arguments["ssl_check_hostname"] = False
         _warn_once(
-            f"TLS to the {role} at {shown} does not verify the nodes' certificates "
-            f"(ssl_cert_reqs='none'): whoever answers at their addresses is trusted"
+            f"TLS to the {role} at {shown} does not verify the nodes' certificates (ssl_cert_reqs='none'): "
+            f"whoever answers at their addresses is trusted"
         )
     else:
         arguments.setdefault("ssl_check_hostname", True)

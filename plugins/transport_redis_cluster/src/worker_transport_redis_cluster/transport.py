@@ -17,11 +17,14 @@ if TYPE_CHECKING:
     from worker_core import Settings
     from worker_core.slots import (
         AcksSurviveReconnect,
+        BrokerStatus,
         CountsDeliveries,
         ElectsLeaders,
         FansOutEvents,
         KeepsRecords,
         LeasesMessages,
+        ReportsRefusals,
+        TellsTime,
         Transport,
     )
 
@@ -55,6 +58,28 @@ class RedisClusterTransport:
     def default_result_backend(cls, broker_url: str) -> str | None:
         # As in Celery: results are off unless result_backend is set.
         return None
+
+    @classmethod
+    def refusal(cls, exc: BaseException) -> str | None:
+        """A node refusing work on a connection that still works (out of memory, too few replicas
+        for ``min-replicas-to-write``, a busy script, loading its data): what it means; else None."""
+        from .cluster import refusal
+
+        return refusal(exc)
+
+    @classmethod
+    def watch_refusals(cls, connection: Connection, status: BrokerStatus) -> None:
+        """Tell ``status`` when a node starts and stops refusing the work of ``connection``."""
+        connection.transport.watch(status)
+
+    @classmethod
+    def broker_time(cls, connection: Connection) -> float:
+        """The cluster's clock (``TIME`` on a primary), seconds since the epoch: the clock the
+        leases run by is each queue's primary's, and primaries agree as well as their hosts do."""
+        router = connection.transport.router
+        client = router.client
+        seconds, microseconds = client.get_redis_connection(client.get_default_node()).time()
+        return float(seconds) + float(microseconds) / 1e6
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -134,3 +159,5 @@ if TYPE_CHECKING:
     _FANOUT: type[FansOutEvents] = RedisClusterTransport
     _ELECTS: type[ElectsLeaders] = RedisClusterTransport
     _RECORDS: type[KeepsRecords] = RedisClusterTransport
+    _REFUSALS: type[ReportsRefusals] = RedisClusterTransport
+    _TIME: type[TellsTime] = RedisClusterTransport

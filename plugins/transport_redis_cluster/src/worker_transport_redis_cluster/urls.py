@@ -74,8 +74,8 @@ def parse_url(url: str) -> ClusterUrl:
     if ";" in url:
         raise _bad(
             url,
-            "lists several URLs with ';': a cluster URL lists its nodes with ',' in one URL "
-            "(the client finds every node from any one of them)",
+            "lists several URLs with ';': a cluster URL lists its nodes with ',' in one URL (the client "
+            "finds every node from any one of them)",
         )
     rest, _, query = rest.partition("?")
     netloc, _, path = rest.partition("/")
@@ -97,14 +97,14 @@ def parse_url(url: str) -> ClusterUrl:
     if unknown:
         raise _bad(
             url,
-            f"has query parameters {', '.join(unknown)} that this transport does not read (only "
-            f"ssl_* TLS arguments; other options go in broker_transport_options)",
+            f"has query parameters {', '.join(unknown)} that this transport does not read (only ssl_* TLS "
+            f"arguments; other options go in broker_transport_options)",
         )
     tls_query = tuple(parameters)
     if tls_query and scheme.lower() != "rediss-cluster":
         raise _bad(
             url,
-            f"gives TLS arguments ({', '.join(name for name, _ in tls_query)}) in a redis-cluster:// "
-            f"URL: write rediss-cluster:// for TLS",
+            f"gives TLS arguments ({', '.join(name for name, _ in tls_query)}) in a redis-cluster:// URL: "
+            f"write rediss-cluster:// for TLS",
         )
     return ClusterUrl(scheme.lower(), seeds, username, password, tls_query)
