@@ -124,7 +124,7 @@ async def _enqueue_async(kind: str, tasks: int, seconds: float) -> None:
         return
     import sleep_saq_app
 
-    queue = sleep_saq_app.queue
+    queue = sleep_saq_app.new_queue()  # its own: a queue is bound to the loop it first ran on
     await queue.connect()
     for batch in batches:
         await asyncio.gather(*(queue.enqueue("sleep1", seconds=seconds, timeout=600) for _ in batch))

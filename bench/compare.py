@@ -372,8 +372,10 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for repeat in range(args.repeat):
         for kind in kinds if repeat % 2 == 0 else reversed(kinds):
+            load = Path("/proc/loadavg").read_text().split()[0]
             runs[kind].append(measure(kind, args, sink, producers[kind], log))
-            print(f"  run {repeat + 1}/{args.repeat} {kind}: "
+            print(f"  run {repeat + 1}/{args.repeat} {kind} (load average {load} -> "
+                  f"{Path('/proc/loadavg').read_text().split()[0]}): "
                   + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()), file=sys.stderr)
     median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]}
               for kind in kinds}

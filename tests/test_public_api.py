@@ -98,8 +98,8 @@ def test_importing_the_package_and_its_errors_does_not_import_kombu() -> None:
 #: plugin author's whole API (``worker_core``'s docstring lists these modules)
 MODULES = {
     "worker_core.stash": ["Stash", "StashKey"],
-    "worker_core.aio": ["Interruptible", "async_form", "blocking_executor", "register_async_form",
-                        "run_coroutine", "set_blocking_executor", "thread_loop"],
+    "worker_core.aio": ["BlockingThreads", "Interruptible", "async_form", "blocking_executor",
+                        "register_async_form", "run_coroutine", "set_blocking_executor", "thread_loop"],
     "worker_core.health": ["BOOTING", "BROKER_BLOCKED", "BROKER_DISCONNECTED", "CONSUMER_STALLED", "DRAINING",
                            "Health", "LIVE", "Listener", "ListenerSecurity", "PROBE_PATHS", "READINESS_ORDER",
                            "SERVING", "STARTING", "STUCK", "Verdict", "address_of", "listener_security",

@@ -7,10 +7,15 @@ import sleep_marks
 from redis import asyncio as aioredis
 from saq.queue.redis import RedisQueue
 
-# one connection per running job and a few more: redis-py's pool refuses more than it allows
-queue = RedisQueue(aioredis.from_url(os.environ["BENCH_BROKER"],
-                                     max_connections=int(os.environ.get("BENCH_CONCURRENCY", "10")) + 100),
-                   name="bench_sleep")
+
+def new_queue() -> RedisQueue:
+    # one connection per running job and a few more: redis-py's pool refuses more than it allows
+    client = aioredis.from_url(os.environ["BENCH_BROKER"],
+                               max_connections=int(os.environ.get("BENCH_CONCURRENCY", "10")) + 100)
+    return RedisQueue(client, name="bench_sleep")
+
+
+queue = new_queue()
 
 
 async def sleep1(ctx, *, seconds):

@@ -7,8 +7,9 @@
   at its next ``await``.
 - What is synchronous around such a job (storing its states, sending what follows it, the hooks
   and handlers around it) runs in a thread, so the loop never waits on a result backend or a
-  broker: in the executor a pool sets for that in each of its processes
-  (:func:`set_blocking_executor`), else in the running loop's default one.
+  broker: in the threads a pool sets for that in each of its processes
+  (:func:`set_blocking_executor`, with :class:`BlockingThreads` or any executor), else in the
+  running loop's default executor.
 - A pool without a loop (prefork, threads, solo) runs an ``async def`` task to completion with
   :func:`run_coroutine`, on a loop of the running thread kept for the next one.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import queue
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -26,8 +28,8 @@ from typing import Any
 
 from .exceptions import SoftTimeLimitExceeded
 
-__all__ = ["Interruptible", "async_form", "blocking_executor", "register_async_form", "run_coroutine",
-           "set_blocking_executor", "thread_loop"]
+__all__ = ["BlockingThreads", "Interruptible", "async_form", "blocking_executor", "register_async_form",
+           "run_coroutine", "set_blocking_executor", "thread_loop"]
 
 _forms: dict[Callable[..., Any], tuple[Callable[..., Awaitable[Any]], Callable[..., bool] | None]] = {}
 
@@ -55,10 +57,76 @@ def async_form(target: Callable[..., Any], args: Sequence[Any] = (),
     return form
 
 
-_blocking: Executor | None = None
+class BlockingThreads:
+    """A few threads for the synchronous work around a loop's ``async def`` jobs, cheaper per
+    call than an executor: :meth:`call` gives an asyncio future of the running loop, and the
+    loop is woken once for each batch of calls that ended meanwhile, not once per call."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self.size = max(threads, 1)
+        self.name = name
+        self._queue: queue.SimpleQueue[tuple[Any, ...] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._ended: list[tuple[asyncio.Future[Any], Any, BaseException | None]] = []
+        self._lock = threading.Lock()
+        self._posted = False
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
+        """``fn(*args)`` in one of the threads; awaited on the running loop for what it returns
+        (or raises). A cancelled future drops what ``fn`` returns: ``fn`` runs on regardless."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        if len(self._threads) < self.size:
+            name = f"{self.name}_{len(self._threads)}"
+            thread = threading.Thread(target=self._work, name=name, daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._queue.put((loop, future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        while (item := self._queue.get()) is not None:
+            loop, future, fn, args = item
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = fn(*args)
+            except BaseException as exc:
+                error = exc
+            with self._lock:
+                self._ended.append((future, value, error))
+                post, self._posted = not self._posted, True
+            if post:
+                try:
+                    loop.call_soon_threadsafe(self._settle)
+                except RuntimeError:  # the loop is closed: nobody awaits these any more
+                    pass
+
+    def _settle(self) -> None:
+        with self._lock:
+            ended, self._ended = self._ended, []
+            self._posted = False
+        for future, value, error in ended:
+            if future.cancelled():
+                continue
+            if error is None:
+                future.set_result(value)
+            else:
+                future.set_exception(error)
+
+    def shutdown(self, wait: bool = True) -> None:
+        """End the threads once what was called has run (``wait``: and wait for them)."""
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
-def set_blocking_executor(executor: Executor | None) -> None:
+_blocking: Executor | BlockingThreads | None = None
+
+
+def set_blocking_executor(executor: Executor | BlockingThreads | None) -> None:
     """Run the synchronous work around this process's ``async def`` jobs (storing their states,
     sending what follows them, their hooks and handlers) in ``executor``'s threads: a pool with
     a loop sets one of its own in each of its processes, where the threads its tasks start with
@@ -67,7 +135,7 @@ def set_blocking_executor(executor: Executor | None) -> None:
     _blocking = executor
 
 
-def blocking_executor() -> Executor | None:
+def blocking_executor() -> Executor | BlockingThreads | None:
     """The executor :func:`set_blocking_executor` set in this process, or None."""
     return _blocking
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .aio import blocking_executor, register_async_form, run_coroutine
+from .aio import BlockingThreads, blocking_executor, register_async_form, run_coroutine
 from .app.context import MESSAGE_FIELDS, TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_handler
 from .canvas.after import Workflow
@@ -207,8 +207,11 @@ async def _off_loop(context: contextvars.Context, fn: Callable[..., Any], *args:
     what interrupted the caller meanwhile (a cancellation, a soft time limit) or None. It waits
     for ``fn`` to end whatever comes: the task's steps cannot be left half run. What ``fn``
     raises is raised."""
-    loop = asyncio.get_running_loop()
-    future = loop.run_in_executor(blocking_executor(), context.run, fn, *args)
+    threads = blocking_executor()
+    if isinstance(threads, BlockingThreads):
+        future = threads.call(context.run, fn, *args)
+    else:
+        future = asyncio.get_running_loop().run_in_executor(threads, context.run, fn, *args)
     interrupted: BaseException | None = None
     while True:
         try:

@@ -8,6 +8,8 @@ class, as in Celery (the options' checks are in :mod:`.task_options`, the handle
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import inspect
 import random
@@ -18,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Generic, NoReturn, TypeVar, overload
 
 import attrs
 
+from ..aio import BlockingThreads, blocking_executor
 from ..canvas import maps
 from ..canvas import replace as handover
 from ..canvas.signatures import Signature
@@ -159,7 +162,8 @@ class Task:
             setattr(cls, f"_{option}", value)
             delattr(cls, option)
 
-    def setup_for(self, app: App, name: str, fun: Callable[..., Any] | None, options: Mapping[str, Any]) -> None:
+    def setup_for(self, app: App, name: str, fun: Callable[..., Any] | None,
+                  options: Mapping[str, Any]) -> None:
         """Bind this task to ``app`` as ``name``: ``fun`` is its body (None for a class-based
         task, whose body is its run method), ``options`` win over its class's attributes. Done
         once, by ``@app.task`` and ``app.register_task``."""
@@ -339,7 +343,7 @@ class Task:
                 try:
                     return await run(*args, **kwargs)
                 except BaseException as exc:
-                    retry = retry_for(exc)
+                    retry = await _off_the_loop(retry_for, exc)  # the retry is published
                     if retry is None:
                         raise
                     raise retry from None
@@ -601,3 +605,15 @@ if TYPE_CHECKING:
 
     _CANVAS_TASK: type[CanvasTask] = Task
     _RUNNING_TASK: type[RunningTask] = Task
+
+
+async def _off_the_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` in the task's context, in a thread of the blocking executor where a pool
+    with an event loop set one (:func:`worker_core.aio.set_blocking_executor`), else here."""
+    threads = blocking_executor()
+    if threads is None:
+        return fn(*args)
+    context = contextvars.copy_context()
+    if isinstance(threads, BlockingThreads):
+        return await threads.call(context.run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(threads, context.run, fn, *args)

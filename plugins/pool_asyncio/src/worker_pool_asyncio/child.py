@@ -25,7 +25,7 @@ from typing import Any
 
 import attrs
 
-from worker_core.aio import Interruptible, async_form, set_blocking_executor
+from worker_core.aio import BlockingThreads, Interruptible, async_form, set_blocking_executor
 from worker_core.exceptions import SoftTimeLimitExceeded
 
 from . import frames
@@ -114,9 +114,7 @@ class LoopProcess:
         self._flush_scheduled = False
         self._writing = False
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
-        self._blocking = concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(config.io_threads, 1), thread_name_prefix=f"{config.name}-io"
-        )
+        self._blocking = BlockingThreads(config.io_threads, f"{config.name}-io")
         self._stopping = False
         self._done: asyncio.Future[int] | None = None
         self._loop_thread = threading.get_ident()
@@ -187,7 +185,7 @@ class LoopProcess:
         self.flush_blocking()
         if self._executor is not None:
             self._executor.shutdown(wait=code == 0, cancel_futures=True)
-        self._blocking.shutdown(wait=code == 0, cancel_futures=True)
+        self._blocking.shutdown(wait=code == 0)
         if code == 0 and self.config.finalizer is not None:
             try:
                 self.config.finalizer(0)
