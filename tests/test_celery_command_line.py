@@ -148,6 +148,27 @@ def test_global_options_before_the_command_are_the_command_s(tmp_path: Path) -> 
     assert "cannot import the app module 'apps.nothere'" in error_line(missing)
 
 
+def test_celery_s_variables_stay_set_only_for_a_celery_app(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from worker_core.cli.group import main
+
+    monkeypatch.chdir(TESTS)
+    monkeypatch.delenv("CELERY_BROKER_URL", raising=False)
+    done = CliRunner().invoke(main, ["-b", "embedded://", "steps", "-A", "apps.basic"],
+                              catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert "CELERY_BROKER_URL" not in os.environ  # an app of this project reads none: nothing left behind
+    url = redis_db(5)  # not connected to: steps only builds the plan
+    try:
+        done = CliRunner().invoke(main, ["-b", url, "steps", "-A", "apps.celery_basic"],
+                                  catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+        assert os.environ["CELERY_BROKER_URL"] == url  # a Celery app reads it, as under celery
+    finally:
+        os.environ.pop("CELERY_BROKER_URL", None)  # this process runs other tests next
+
+
 def test_config_gives_an_app_of_this_project_its_settings() -> None:
     from worker_core import App
     from worker_core.cli.preparation import _apply_app_options

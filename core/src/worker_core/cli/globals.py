@@ -5,8 +5,8 @@ Given before the command, each becomes the default of the command's option of th
 name (the command line after the command wins); a command without such an option ignores it,
 as Celery's commands ignore the global options they do not use. Like Celery, ``-b``,
 ``--result-backend``, ``--loader``, ``--config`` and ``--skip-checks`` also set the variables a
-Celery app reads when it loads (``CELERY_BROKER_URL``, ...), and ``--workdir`` changes the
-directory before anything is imported.
+Celery app reads (``CELERY_BROKER_URL``, ...) while ``workerctl worker`` loads its app, kept
+only when it is a Celery app; ``--workdir`` changes the directory before anything is imported.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 
 import click
 
-__all__ = ["CELERY_VARIABLES", "GLOBAL_LONG_FLAGS", "apply_environment", "defaults_for", "global_options"]
+__all__ = ["CELERY_VARIABLES", "GLOBAL_LONG_FLAGS", "apply_environment", "defaults_for", "global_options",
+           "restore_environment"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,8 +75,10 @@ def global_options(*, group: bool = False) -> list[Callable[[F], F]]:
     return options
 
 
-def apply_environment(values: Mapping[str, Any]) -> None:
-    """Set the variables a Celery app reads for the options given, as ``celery`` sets them."""
+def apply_environment(values: Mapping[str, Any]) -> dict[str, str | None]:
+    """Set the variables a Celery app reads for the options given, as ``celery`` sets them;
+    returns what they were (see :func:`restore_environment`)."""
+    previous: dict[str, str | None] = {}
     for name, variable in CELERY_VARIABLES.items():
         value = values.get(name)
         if not value:
@@ -84,7 +87,19 @@ def apply_environment(values: Mapping[str, Any]) -> None:
             value = ";".join(value)
         elif name == "skip_checks":
             value = "true"
+        previous[variable] = os.environ.get(variable)
         os.environ[variable] = str(value)
+    return previous
+
+
+def restore_environment(previous: Mapping[str, str | None]) -> None:
+    """Put back the variables :func:`apply_environment` set (an app of this project reads none
+    of them: they would only reach what this process runs next)."""
+    for variable, value in previous.items():
+        if value is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = value
 
 
 def defaults_for(command: click.Command, values: Mapping[str, Any]) -> dict[str, Any]:

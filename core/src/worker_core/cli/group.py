@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from .globals import apply_environment, defaults_for, global_options
+from .globals import defaults_for, global_options
 from .plugin_commands import plugin_commands
 
 __all__ = ["main"]
@@ -60,7 +60,6 @@ def main(ctx: click.Context, /, **values: Any) -> None:
     Celery's global options (-A, -b, --result-backend, --loader, --config, --workdir, -C, -q,
     --skip-checks) may come before the command, as with celery: workerctl -A proj worker -l INFO.
     """
-    apply_environment(values)
     name = ctx.invoked_subcommand
     command = ctx.command.get_command(ctx, name) if isinstance(ctx.command, click.Group) and name else None
     if command is not None and name:

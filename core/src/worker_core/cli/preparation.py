@@ -25,7 +25,7 @@ from .common import (
     prepare_app,
     use_broker,
 )
-from .globals import apply_environment
+from .globals import apply_environment, restore_environment
 
 __all__ = ["prepared", "report_failure"]
 
@@ -72,7 +72,6 @@ def prepared(ctx: click.Context, params: Mapping[str, Any]) -> tuple[Any, Plan]:
     manager = ctx.obj
     command = ctx.command
     assert isinstance(command, PluginCommand)
-    apply_environment(params)
     app = None
     broker_urls: tuple[str, ...] = ()
     result_url = None
@@ -80,10 +79,16 @@ def prepared(ctx: click.Context, params: Mapping[str, Any]) -> tuple[Any, Plan]:
     settings = None
     try:
         if params.get("app"):
-            if params.get("include"):
-                import_modules(parse_queues(params["include"]))  # comma-separated, as -Q
-            app, defaults = prepare_app(params["app"], {name.lower() for name in command.plugin_options},
-                                        manager, configure=lambda loaded: _apply_app_options(loaded, params))
+            previous = apply_environment(params)  # what a Celery app reads as it loads, as celery sets it
+            try:
+                if params.get("include"):
+                    import_modules(parse_queues(params["include"]))  # comma-separated, as -Q
+                declared = {name.lower() for name in command.plugin_options}
+                app, defaults = prepare_app(params["app"], declared, manager,
+                                            configure=lambda loaded: _apply_app_options(loaded, params))
+            finally:
+                if not isinstance(app, ForeignApp):  # an app of this project read none of them
+                    restore_environment(previous)
             app.use_plugins(manager)  # one set of hooks: the installed plugins' and the app's
             broker_urls, result_url, settings = app.broker_urls, app.settings.result_backend, app.settings
         values = plugin_values(command, params, manager, settings)
