@@ -196,7 +196,8 @@ def soak(kind: str, options: SoakOptions) -> Outcome:
         outcome = Outcome(
             broker=kind,
             verdict=judge(options.tasks, ledger.by_task(), injector.events, set(LOST_PROCESS.findall(logs)),
-                          queued_in_children=options.pool != "threads" and options.pool != "solo"),
+                          queued_in_children=options.pool != "threads" and options.pool != "solo",
+                          leases=kind == "redis"),
             faults={kind_: injector.count(kind_) for kind_ in KINDS},
             crashes=list(fleet.crashes),
             stalled=not completed,

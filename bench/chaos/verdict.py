@@ -74,7 +74,7 @@ class Verdict:
 
 
 def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent],
-           lost_process: set[str], queued_in_children: bool = True) -> str:
+           lost_process: set[str], queued_in_children: bool = True, leases: bool = True) -> str:
     same_generation = previous.generation == current.generation
     # sent again by its worker; another worker (or the next generation, after a warm shutdown
     # gave it back) may run it
@@ -92,7 +92,7 @@ def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent]
             if event.kind == "term-kill" and previous.at <= event.ended <= current.at:
                 return "term-kill"
     for event in events:
-        if event.kind != "pause" or previous.generation == current.generation:
+        if not leases or event.kind != "pause" or previous.generation == current.generation:
             continue
         if previous.generation == event.generation and previous.at <= event.started <= current.at:
             return "pause: running"
@@ -109,9 +109,12 @@ def _cause(previous: Execution, current: Execution, events: Sequence[FaultEvent]
 
 
 def judge(tasks: int, by_task: dict[str, list[Execution]], events: Sequence[FaultEvent],
-          lost_process: set[str], queued_in_children: bool = True) -> Verdict:
+          lost_process: set[str], queued_in_children: bool = True, leases: bool = True) -> Verdict:
     """:param lost_process: ids of the tasks the worker logged as having lost their process.
-    :param queued_in_children: whether the pool writes jobs to its processes ahead (prefork)."""
+    :param queued_in_children: whether the pool writes jobs to its processes ahead (prefork).
+    :param leases: whether the broker lends messages for a time (Redis): elsewhere a pause
+        explains nothing (RabbitMQ keeps a stopped consumer's messages, unless its connection is
+        closed for missed heartbeats, which the worker logs as a lost connection)."""
     expected = [f"t{number}" for number in range(tasks)]
     lost = tuple(task_id for task_id in expected if task_id not in by_task)
     duplicates: collections.Counter[str] = collections.Counter({cause: 0 for cause in CAUSES})
@@ -119,7 +122,7 @@ def judge(tasks: int, by_task: dict[str, list[Execution]], events: Sequence[Faul
     for runs in by_task.values():
         ordered = sorted(runs, key=lambda execution: execution.at)
         for previous, current in itertools.pairwise(ordered):
-            cause = _cause(previous, current, events, lost_process, queued_in_children)
+            cause = _cause(previous, current, events, lost_process, queued_in_children, leases)
             duplicates[cause] += 1
             if cause == "unexplained":
                 unexplained.append((previous, current))
