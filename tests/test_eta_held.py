@@ -25,6 +25,9 @@ from worker_core.protocol import decode_task, task_message
 from worker_core.request import Request
 from worker_core.transports.message import Message as VirtualMessage
 
+#: what a request built outside a consumer reports to: nothing (these tests do not run it)
+NO_RESERVATIONS = types.SimpleNamespace()
+
 
 @pytest.fixture(params=["redis", "amqp"])
 def broker(request: pytest.FixtureRequest) -> str:
@@ -179,7 +182,7 @@ def held_message():
         envelope_ = decode_task(message.headers, message.properties, message.body, message.content_type,
                                 message.content_encoding, accept=frozenset({"application/json"}),
                                 max_size=2**20)
-        return Request(None, message, envelope_, add), message  # type: ignore[arg-type]
+        return Request(None, message, envelope_, add, reservations=NO_RESERVATIONS), message  # type: ignore[arg-type]
 
     yield make
     connection.close()
@@ -193,9 +196,10 @@ def test_a_held_task_keeps_under_three_quarters_of_a_kilobyte_and_is_built_again
     held = HeldTask(request.envelope.eta.timestamp(), request)
     assert isinstance(held.kept, bytes)  # not the request, its envelope or its message
     assert _kept_bytes(held) < 768, _kept_bytes(held)
-    settings = types.SimpleNamespace(worker_max_message_size=2**20)
-    again = held.request(types.SimpleNamespace(app=types.SimpleNamespace(settings=settings)),  # type: ignore[arg-type]
-                         Request, frozenset({"application/json"}))
+    def make_request(message, envelope, task):
+        return Request(None, message, envelope, task, reservations=NO_RESERVATIONS)  # type: ignore[arg-type]
+
+    again = held.request(make_request, frozenset({"application/json"}), 2**20)
     assert again.envelope == request.envelope or vars_of(again.envelope) == vars_of(request.envelope)
     assert again.message.delivery_tag == message.delivery_tag and again.message.channel is message.channel
     assert dict(again.message.headers) == dict(message.headers) and again.message.body == message.body

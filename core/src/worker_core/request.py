@@ -8,8 +8,8 @@ terminated) read best side by side.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .app.context import TaskContext, pop, push
 from .app.handlers import ExceptionInfo, call_in_main_process
@@ -33,10 +33,10 @@ from .slots import StopsOneJob
 if TYPE_CHECKING:
     from kombu.message import Message
 
+    from .app.base import App
     from .app.task import Task
-    from .consumer.consumer import Consumer
 
-__all__ = ["LOST_HEADER", "Request", "has_workflow"]
+__all__ = ["LOST_HEADER", "Request", "RequestHost", "Settles", "has_workflow"]
 
 logger = logging.getLogger("worker.request")
 
@@ -47,6 +47,65 @@ def has_workflow(embed: Mapping[str, Any] | None) -> bool:
     if not embed:
         return False
     return bool(embed.get("callbacks") or embed.get("errbacks") or embed.get("chain") or embed.get("chord"))
+
+
+class Settles(Protocol):
+    """What a request reports its start and its end to: the consumer's reservations."""
+
+    def task_started(self, request: Request) -> None:
+        """The request's task started in the pool (it is running)."""
+
+    def task_done(self, request: Request, *, started: bool = True) -> None:
+        """The request is over (``started``: it had gone to the pool): it leaves what the worker
+        holds, and its place in the pool is free."""
+
+    def withdrawn(self, request: Request) -> None:
+        """The pool gave the request back unstarted."""
+
+
+class RequestHost(Protocol):
+    """What a request needs of the consumer that received it (its ``consumer``)."""
+
+    @property
+    def app(self) -> App:
+        """The app whose task it is."""
+
+    @property
+    def hostname(self) -> str:
+        """The worker's node name."""
+
+    @property
+    def log_info(self) -> bool:
+        """Whether the worker logs at INFO (each task's success and retry)."""
+
+    @property
+    def result_reprs(self) -> bool:
+        """Whether the pool reports a successful task's return value (its repr)."""
+
+    @property
+    def notify(self) -> Callable[..., None]:
+        """Calls an observer hook (:mod:`worker_core.hookspecs`)."""
+
+    @property
+    def inbox(self) -> Any:
+        """Runs ``inbox.call(function, *args)`` in the consumer's loop thread."""
+
+    @property
+    def tasks(self) -> Any:
+        """Acknowledges, rejects, dead-letters and republishes messages (``ack``, ``reject``,
+        ``dead_letter``, ``republish``)."""
+
+    @property
+    def fence(self) -> Any:
+        """The leases of the messages held (``settle``, ``not_run``)."""
+
+    @property
+    def worker(self) -> Any:
+        """The worker: its ``pool``, whether it is ``terminating``, its ``stash``."""
+
+    @property
+    def reservations(self) -> Settles:
+        """What its requests report their start and end to, unless a request is given its own."""
 
 
 class Request:
@@ -69,14 +128,19 @@ class Request:
         "message",
         "name",
         "pool_job",
+        "reservations",
         "task",
         "terminate_signal",
         "time_start",
         "worker_pid",
     )
 
-    def __init__(self, consumer: Consumer, message: Message, envelope: TaskEnvelope, task: Task) -> None:
+    def __init__(self, consumer: RequestHost, message: Message, envelope: TaskEnvelope, task: Task, *,
+                 reservations: Settles | None = None) -> None:
+        """``consumer`` is what received it; ``reservations``, what it reports its start and its
+        end to (the consumer's reservations when not given)."""
         self.consumer = consumer
+        self.reservations: Settles = reservations if reservations is not None else consumer.reservations
         self.message = message
         self.envelope = envelope
         self.task = task
@@ -220,7 +284,7 @@ class Request:
                 return
         if not self.acks_late:
             self.acknowledge()
-        self.consumer.reservations.task_started(self)
+        self.reservations.task_started(self)
 
     def on_result(self, outcome: Outcome) -> None:
         self.consumer.inbox.call(self._result, outcome)
@@ -264,7 +328,7 @@ class Request:
             self.reject(requeue=requeue, reason=f"the task rejected it: {reason}")
         else:  # ignored
             self._ack_late()
-        consumer.reservations.task_done(self)
+        self.reservations.task_done(self)
 
     def _fail_rejected(self, reason: str, runtime: float) -> None:
         """A message its task rejected without requeueing never runs again: as Celery 5.7 does,
@@ -286,12 +350,12 @@ class Request:
             return
         consumer = self.consumer
         if isinstance(exc, JobWithdrawn):  # given back unstarted: requeued, or left to the broker
-            consumer.reservations.withdrawn(self)
+            self.reservations.withdrawn(self)
             return
         if consumer.worker.terminating:
             # cold shutdown: leave the message unacknowledged; closing the channel (or the lost
             # connection) gives it back to the broker
-            consumer.reservations.task_done(self)
+            self.reservations.task_done(self)
             return
         if isinstance(exc, WorkerLostError) and self.acks_late and self.task.reject_on_worker_lost:
             if not self._send_again_after_lost_process(exc):
@@ -299,7 +363,7 @@ class Request:
                 self.fail_as_poison(WorkerLostError(
                     f"{exc}; its process died {self.lost_count() + 1} times, so it is not run again "
                     f"(worker_redelivery_limit={consumer.app.settings.worker_redelivery_limit})"))
-            consumer.reservations.task_done(self)
+            self.reservations.task_done(self)
             return
         text = f"{type(exc).__name__}: {exc}"
         if not isinstance(exc, TimeLimitExceeded):
@@ -314,7 +378,7 @@ class Request:
                                                    self.envelope.kwargs, None))])
         self._notify_failed(exc, type(exc).__name__, 0.0, "")
         self._settle_failure(timeout=isinstance(exc, TimeLimitExceeded))
-        consumer.reservations.task_done(self)
+        self.reservations.task_done(self)
 
     def fail_as_poison(self, exc: WorkerLostError) -> None:
         """Fail this task for good, as a poison message (over ``worker_redelivery_limit``): logged,
@@ -362,7 +426,7 @@ class Request:
         """Do not run: store REVOKED, acknowledge, and tell observers (expired or revoked);
         ``why`` replaces the reason in the log line (``revoked by header: ...``)."""
         self.discard(reason, why=why)
-        self.consumer.reservations.task_done(self, started=False)
+        self.reservations.task_done(self, started=False)
 
     def discard(self, reason: str, *, why: str = "") -> None:
         logger.info("Discarding revoked task: %s (%s)", self.label, why or reason)
@@ -387,7 +451,7 @@ class Request:
         self._stop(pool, signum)
         self._mark_revoked("terminated")
         # sets finished: the pool's report of the killed job is ignored
-        self.consumer.reservations.task_done(self)
+        self.reservations.task_done(self)
 
     def cancel_after_connection_loss(self, pool: Any) -> None:
         """Stop this running ``acks_late`` task whose acknowledgement can no longer reach the
@@ -409,7 +473,7 @@ class Request:
                                                None))])
         self.consumer.notify("task_retried", request=self, reason="cancelled after a connection loss")
         # sets finished: the pool's report of the killed process is ignored
-        self.consumer.reservations.task_done(self)
+        self.reservations.task_done(self)
 
     def _stop(self, pool: Any, signum: int | None) -> None:
         """Stop this running task: on its own in a pool that can (:class:`StopsOneJob`), else

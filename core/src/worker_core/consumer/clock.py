@@ -23,7 +23,7 @@ from ..redaction import redact_url
 from ..slots import TellsTime
 
 if TYPE_CHECKING:
-    from .consumer import Consumer
+    from ..plugins.manager import PluginManager
 
 __all__ = ["JUMP_SECONDS", "SKEW_SECONDS", "Clock"]
 
@@ -40,8 +40,8 @@ CHECK_INTERVAL = 1.0
 class Clock:
     """Seconds since the epoch as the broker counts them, with deadlines on the monotonic clock."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
+    def __init__(self, plugins: PluginManager) -> None:
+        self.plugins = plugins
         #: the wall clock minus the monotonic clock, as last seen
         self._offset = time.time() - time.monotonic()
         #: the broker's clock minus this worker's wall clock; 0 while the broker has not told its time
@@ -71,7 +71,7 @@ class Clock:
     def measure(self, connection: Any, url: str) -> None:
         """Read the broker's clock through ``connection`` (when its transport tells it) and log a
         difference from this worker's beyond :data:`SKEW_SECONDS` (at start, and when it changed)."""
-        transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        transport: object = self.plugins.slot("transport", scheme_of(url))
         if not isinstance(transport, TellsTime):
             return
         try:
@@ -100,8 +100,10 @@ class Clock:
 
     # -- jumps -----------------------------------------------------------------------------------
 
-    def check(self) -> bool:
-        """Compare the wall clock with the monotonic clock; True (and re-armed) after a jump."""
+    def check(self, connection: Any, url: str | None, held: int) -> bool:
+        """Compare the wall clock with the monotonic clock; True (and re-armed) after a jump.
+        ``connection`` (None while there is none) is the consumer's, to ``url``; ``held`` says
+        how many tasks wait for their ETA, for the log line."""
         offset = time.time() - time.monotonic()
         jump = offset - self._offset
         if abs(jump) <= JUMP_SECONDS:
@@ -111,14 +113,12 @@ class Clock:
         self.last_jump = jump
         if self.broker_clock:
             self.skew -= jump  # the broker's clock did not jump: held tasks keep their time
-            broker = self.consumer.broker
-            if broker.connection is not None and broker.current is not None:
-                self.measure(broker.connection, broker.current)
+            if connection is not None and url is not None:
+                self.measure(connection, url)
             follows = f"they keep the broker's time (its clock is now {abs(self.skew):.1f}s " \
                       f"{'ahead of' if self.skew > 0 else 'behind'} this worker's)"
         else:
             follows = "they follow the wall clock as it reads now (the broker tells no time)"
-        held = len(self.consumer.reservations.eta_held)
         logger.warning("The wall clock jumped %s by %.1fs (seen against the monotonic clock): %d task(s) "
                        "held for their countdown or ETA re-armed at once; %s",
                        "forward" if jump > 0 else "back", abs(jump), held, follows)

@@ -5,7 +5,8 @@ back to the preferred one once it answers again (failover ``priority``, the Fail
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..health.state import BROKER_DISCONNECTED
 from ..options import scheme_of
@@ -16,8 +17,13 @@ from .connect import Connector
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
+    from ..app.settings import Settings
+    from ..options import WorkerOptions
+    from ..plugins.manager import PluginManager
     from ..slots import Transport
-    from .consumer import Consumer
+    from .brokerstate import BrokerState
+    from .clock import Clock
+    from .inbox import Inbox
 
 __all__ = ["BrokerConnection"]
 
@@ -27,14 +33,25 @@ logger = logging.getLogger("worker.consumer")
 class BrokerConnection:
     """The current connection to the broker, and what its loss means."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
-        worker = consumer.worker
-        settings = consumer.app.settings
+    def __init__(self, plugins: PluginManager, settings: Settings, options: WorkerOptions, *,
+                 stopping: Callable[[], bool], health: Any, inbox: Inbox, clock: Clock,
+                 broker_state: BrokerState, on_disconnect: Callable[[], None],
+                 forget_unstarted: Callable[[], int]) -> None:
+        """``stopping()`` says whether the worker stops; ``on_disconnect`` forgets what the
+        connection held (the task consumer and its window), ``forget_unstarted()`` the requests
+        received and not started (a new broker cannot acknowledge them): how many."""
+        self.plugins = plugins
+        self.stopping = stopping
+        self.health = health
+        self.inbox = inbox
+        self.clock = clock
+        self.broker_state = broker_state
+        self.on_disconnect = on_disconnect
+        self.forget_unstarted = forget_unstarted
         heartbeat = {"heartbeat": settings.broker_heartbeat} if settings.broker_heartbeat else {}
         self.connector = Connector(
-            worker.plugins, settings, consumer.options.brokers, consumer.options.failover,
-            should_continue=lambda: not worker.stopping, connection_options=heartbeat,
+            plugins, settings, options.brokers, options.failover,
+            should_continue=lambda: not stopping(), connection_options=heartbeat,
         )
         self.connection: Connection | None = None
         #: the broker went away: stopping must not wait for it
@@ -77,13 +94,13 @@ class BrokerConnection:
 
     def _transport(self) -> object:
         url = self.connector.current
-        return self.consumer.worker.plugins.slot("transport", scheme_of(url)) if url is not None else None
+        return self.plugins.slot("transport", scheme_of(url)) if url is not None else None
 
     def _watch(self, connection: Connection, url: str) -> None:
         """Before ``connection`` connects: its refusals go to the consumer's broker state."""
-        transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        transport: object = self.plugins.slot("transport", scheme_of(url))
         if isinstance(transport, ReportsRefusals):
-            transport.watch_refusals(connection, self.consumer.broker_state)
+            transport.watch_refusals(connection, self.broker_state)
 
     def acks_survive_reconnect(self) -> bool:
         """Whether messages received on the lost connection can be acknowledged on the next one
@@ -91,18 +108,18 @@ class BrokerConnection:
         url = self.connector.current
         if url is None:
             return False
-        transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+        transport: object = self.plugins.slot("transport", scheme_of(url))
         return isinstance(transport, AcksSurviveReconnect) and transport.acks_survive_reconnect
 
     def connect(self) -> None:
         self.lost = False
         self.connection = self.connector.connect(on_wait=self._waiting, before=self._watch)
         if self.connector.current is not None:
-            self.consumer.clock.measure(self.connection, self.connector.current)
+            self.clock.measure(self.connection, self.connector.current)
         if self.received_from not in (None, self.connector.current):
             # Requests kept across the lost connection belong to the broker left behind: it
             # gives their messages back; this one cannot acknowledge them.
-            dropped = self.consumer.reservations.forget_unstarted()
+            dropped = self.forget_unstarted()
             if dropped:
                 logger.warning("Dropped %d task(s) received from %s before switching brokers: that "
                                "broker delivers them again", dropped, redact_url(self.received_from))
@@ -113,14 +130,13 @@ class BrokerConnection:
 
     def _waiting(self) -> None:
         """Between two connection attempts: the worker is alive, and not ready."""
-        health = self.consumer.worker.health
-        health.beat()
-        health.hold(BROKER_DISCONNECTED)
-        self.consumer.inbox.run_pending()
+        self.health.beat()
+        self.health.hold(BROKER_DISCONNECTED)
+        self.inbox.run_pending()
 
     def disconnect(self) -> None:
         connection, self.connection = self.connection, None
-        self.consumer.tasks.forget()
+        self.on_disconnect()
         if connection is None:
             return
         try:
@@ -138,7 +154,7 @@ class BrokerConnection:
     def check_preferred_broker(self) -> None:
         """Plan a move to the broker the failover strategy prefers, if it answers again."""
         current = self.connector.current
-        if current is None or self.switch_to is not None or self.consumer.worker.stopping:
+        if current is None or self.switch_to is not None or self.stopping():
             return
         preferred = self.connector.strategy.preferred(current)
         if preferred is None or preferred == current:

@@ -4,7 +4,9 @@ the event loop) inside the worker's Consumer step, and starts it again after a l
 Its jobs live in collaborators the steps drive: :class:`~.connection.BrokerConnection`,
 :class:`~.tasks.TaskConsumer` (queues and prefetch), :class:`~.reservations.Reservations`
 (what the worker holds and how it goes to the pool) and :class:`~.inbox.Inbox` (work handed to
-the loop's thread). The consumer is also the event loop's :class:`~worker_core.slots.LoopContext`.
+the loop's thread). Each is given what it uses, never the consumer: the consumer builds them and
+is where they meet. The consumer is also the event loop's :class:`~worker_core.slots.LoopContext`,
+and what a :class:`~worker_core.request.Request` is received by (its ``RequestHost``).
 """
 
 from __future__ import annotations
@@ -21,19 +23,23 @@ from ..redaction import redact_value
 from .brokerstate import START, BrokerState, backoff_delay
 from .clock import CHECK_INTERVAL, Clock
 from .connection import BrokerConnection
-from .fence import LeaseFence
-from .handler import make_handler
+from .handler import accepted, make_handler, request_class
 from .inbox import Inbox
 from .leases import LeaseCheck
 from .poison import PoisonCap
+from .refusal import Refuser
 from .reservations import Reservations
 from .tasks import TaskConsumer
 
 if TYPE_CHECKING:
     from kombu.connection import Connection
+    from kombu.message import Message
 
+    from ..protocol import TaskEnvelope
+    from ..request import Request
     from ..slots import Transport
     from ..worker.worker import Worker
+    from .fence import LeaseFence
 
 __all__ = ["Consumer"]
 
@@ -57,19 +63,36 @@ class Consumer:
         #: observer hooks (:mod:`worker_core.hookspecs`): called if anyone implements them
         self.notify = worker.notify
         self.inbox = Inbox()
+        app, plugins, settings = self.app, worker.plugins, self.app.settings
         #: whether the broker refuses work now (full, read-only, busy, blocking the connection)
         self.broker_state = BrokerState(notify=self._notify_from_any_thread)
         #: the clock tasks are held by (the broker's when the transport tells it)
-        self.clock = Clock(self)
-        self.broker = BrokerConnection(self)
-        self.tasks = TaskConsumer(self)
-        self.reservations = Reservations(self)
+        self.clock = Clock(plugins)
+        self.broker = BrokerConnection(
+            plugins, settings, self.options, stopping=lambda: worker.stopping, health=worker.health,
+            inbox=self.inbox, clock=self.clock, broker_state=self.broker_state,
+            on_disconnect=lambda: self.tasks.forget(),
+            forget_unstarted=lambda: self.reservations.forget_unstarted())
+        self.poison = PoisonCap(app, plugins, self.broker,
+                                done=lambda request: self.reservations.task_done(request, started=False))
+        self.leases = LeaseCheck(self.broker, plugins, settings)
+        self.tasks = TaskConsumer(app, self.options, queues=worker.queues,
+                                  before_consuming=worker.before_consuming, timer=self.timer,
+                                  hostname=self.hostname, broker=self.broker, poison=self.poison)
+        #: what refuses a message the worker cannot honour
+        self.refuser = Refuser(app, self.notify, self.tasks.dead_letter)
+        self.reservations = Reservations(
+            app, self.options, pool=lambda: worker.pool, timer=self.timer, clock=self.clock,
+            broker=self.broker, tasks=self.tasks, leases=self.leases, poison=self.poison,
+            revoked=worker.revoked, revoked_stamps=worker.revoked_stamps,
+            on_task_message=worker.on_task_message, notify=self.notify, log_info=self.log_info,
+            make_request=self.make_request, accept=accepted(app))
         self.clock.on_jump.append(self.reservations.eta_held.rearm)
-        self.fence = LeaseFence(self)
-        self.leases = LeaseCheck(self)
-        self.poison = PoisonCap(self)
+        self._request_class = request_class(app)
         #: the ``on_message`` callback of the task consumer
-        self.on_message = make_handler(self)
+        self.on_message = make_handler(app, make_request=self.make_request, tasks=self.tasks,
+                                       reservations=self.reservations, poison=self.poison,
+                                       refuser=self.refuser)
         self.restart_count = 0
         self._ready_once = False
         self.health = worker.health
@@ -80,6 +103,17 @@ class Consumer:
     @property
     def connection(self) -> Connection | None:
         return self.broker.connection
+
+    @property
+    def fence(self) -> LeaseFence:
+        """The leases of what the worker holds (the reservations keep them)."""
+        return self.reservations.fence
+
+    def make_request(self, message: Message, envelope: TaskEnvelope, task: Any) -> Request:
+        """The request of a message received here (of the app loader's class, for its app)."""
+        request: Request = self._request_class(self, message, envelope, task,
+                                               reservations=self.reservations)
+        return request
 
     @property
     def transport(self) -> Transport:
@@ -140,7 +174,7 @@ class Consumer:
     def _tick(self) -> None:
         """Every second: a jump of the wall clock, and leases lost meanwhile."""
         try:
-            self.clock.check()
+            self.clock.check(self.broker.connection, self.broker.current, len(self.reservations.eta_held))
             self.fence.check()
         except Exception:
             logger.exception("Internal error while checking the clock and the leases")

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
     from ..app.task import Task
     from ..request import Request
-    from .consumer import Consumer
 
 __all__ = ["EtaHold", "HeldTask"]
 
@@ -42,7 +41,7 @@ logger = logging.getLogger("worker.consumer")
 #: most held tasks handed on per timer call (the loop then turns; the rest follow at once)
 _DUE_PER_CALL = 500
 
-#: builds a request: ``(consumer, message, envelope, task)``
+#: builds a request: ``(message, envelope, task)``
 MakeRequest = Callable[..., "Request"]
 
 
@@ -99,16 +98,16 @@ class HeldTask:
             delivery_info=info, properties=properties, headers=headers, channel=self.channel,
         )
 
-    def request(self, consumer: Consumer, make_request: MakeRequest, accept: frozenset[str]) -> Request:
-        """The task's request, built again (it was decoded once: it decodes the same way)."""
+    def request(self, make_request: MakeRequest, accept: frozenset[str], max_size: int) -> Request:
+        """The task's request, built again (it was decoded once: it decodes the same way) with
+        ``make_request(message, envelope, task)``."""
         kept = self.kept
         if not isinstance(kept, bytes):
             return kept
         message = self.message()
         envelope = decode_task(message.headers, message.properties, message.body, message.content_type,
-                               message.content_encoding, accept=accept,
-                               max_size=consumer.app.settings.worker_max_message_size)
-        request = make_request(consumer, message, envelope, self.task)
+                               message.content_encoding, accept=accept, max_size=max_size)
+        request = make_request(message, envelope, self.task)
         request.deliveries, counted = divmod(self.marks, 2)
         request.count_at_start = bool(counted)
         return request

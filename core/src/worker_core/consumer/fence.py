@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import execution
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from kombu.message import Message
 
     from ..request import Request
-    from .consumer import Consumer
+    from .connection import BrokerConnection
+    from .reservations import Reservations
+    from .tasks import TaskConsumer
 
 __all__ = ["RAN_REMEMBERED", "LeaseFence"]
 
@@ -43,8 +46,12 @@ ADMIT_WAIT = 5.0
 class LeaseFence:
     """The consumer's questions to channels that fence their leases."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
+    def __init__(self, reservations: Reservations, tasks: TaskConsumer, broker: BrokerConnection,
+                 pool: Callable[[], Any]) -> None:
+        self.reservations = reservations
+        self.tasks = tasks
+        self.broker = broker
+        self.pool = pool
         #: channel class -> whether it fences its leases (asked once per class)
         self._fences: dict[type, bool] = {}
         #: the last set of lost tags a channel handed back (the same object while nothing changed)
@@ -97,9 +104,9 @@ class LeaseFence:
 
     def check(self) -> None:
         """Ask the channel consuming now (every second, from the consumer's timer)."""
-        kombu = self.consumer.tasks.kombu
+        kombu = self.tasks.kombu
         channel = getattr(kombu, "channel", None) if kombu is not None else None
-        if channel is None or not self._fenced(channel) or self.consumer.broker.lost:
+        if channel is None or not self._fenced(channel) or self.broker.lost:
             return
         try:
             lost = channel.lost_leases()
@@ -108,8 +115,8 @@ class LeaseFence:
             return
         if lost and lost is not self._last:
             self._notice(lost)
-        if lost is not None and self.consumer.reservations.ready:
-            self.consumer.reservations.dispatch()  # (held back while the leases were in doubt)
+        if lost is not None and self.reservations.ready:
+            self.reservations.dispatch()  # (held back while the leases were in doubt)
 
     # -- what the request asks as it settles -------------------------------------------------------
 
@@ -136,15 +143,14 @@ class LeaseFence:
                        "lease: the copy is dropped, not run again", request.label,
                        request.message.delivery_tag)
         request.acknowledged = True
-        self.consumer.tasks.ack(request.message)
+        self.tasks.ack(request.message)
         return True
 
     # -- what a loss does --------------------------------------------------------------------------
 
     def _sweep(self, lost: frozenset[Any]) -> None:
         """Drop every held message in ``lost`` not started yet; say what the loss did."""
-        consumer = self.consumer
-        reservations = consumer.reservations
+        reservations = self.reservations
         dropped = 0
         waiting = [request for request in reservations.ready if request.message.delivery_tag in lost]
         if waiting:
@@ -155,15 +161,15 @@ class LeaseFence:
             self.drop(request)
             dropped += 1
         for held in reservations.eta_held.take_tags(lost):
-            consumer.tasks.prefetch_eventually(-1)
-            consumer.tasks.ack(held.message())
+            self.tasks.prefetch_eventually(-1)
+            self.tasks.ack(held.message())
             dropped += 1
         limited = [request for request in reservations.rate_limits.waiting()
                    if request.message.delivery_tag in lost]
         for request in reservations.rate_limits.discard({request.id for request in limited}):
             self.drop(request)
             dropped += 1
-        pool = consumer.worker.pool
+        pool = self.pool()
         running = 0
         for request in list(reservations.reserved):
             if request.message.delivery_tag not in lost or request.finished:
@@ -178,7 +184,7 @@ class LeaseFence:
             else:
                 running += 1
         self.dropped += dropped
-        url = consumer.broker.current
+        url = self.broker.current
         logger.warning(
             "Lost the leases of %d message(s) held from %s: %d not started are dropped here (the broker "
             "gives them to a consumer again), %d started finish here and are not acknowledged on the "
@@ -199,7 +205,7 @@ class LeaseFence:
             lost = channel.lost_leases()
         if not lost:
             return True
-        for request in list(self.consumer.reservations.reserved):  # (copied: the loop's thread changes it)
+        for request in list(self.reservations.reserved):  # (copied: the loop's thread changes it)
             if request.id == task_id:
                 return request.message.delivery_tag not in lost
         return True
@@ -215,8 +221,8 @@ class LeaseFence:
         """Forget ``request`` (its lease was lost, it did not start): acknowledged here only."""
         request.finished = True
         request.acknowledged = True
-        self.consumer.reservations.reserved.discard(request)
-        self.consumer.tasks.ack(request.message)
+        self.reservations.reserved.discard(request)
+        self.tasks.ack(request.message)
 
     def info(self) -> dict[str, Any]:
         return {"dropped": self.dropped, "copies_dropped": self.copies_dropped, "remembered": len(self.ran)}

@@ -12,8 +12,10 @@ from ..options import scheme_of
 from ..slots import LeasesMessages
 
 if TYPE_CHECKING:
+    from ..app.settings import Settings
+    from ..plugins.manager import PluginManager
     from ..request import Request
-    from .consumer import Consumer
+    from .connection import BrokerConnection
 
 __all__ = ["LeaseCheck"]
 
@@ -23,8 +25,10 @@ logger = logging.getLogger("worker.consumer")
 class LeaseCheck:
     """Warns once per worker about the first ETA wait longer than an unrenewed lease."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
+    def __init__(self, broker: BrokerConnection, plugins: PluginManager, settings: Settings) -> None:
+        self.broker = broker
+        self.plugins = plugins
+        self.settings = settings
         self.warned = False
         #: broker URL -> the lease that is not renewed there (seconds), or None
         self._unrenewed: dict[str, float | None] = {}
@@ -33,7 +37,7 @@ class LeaseCheck:
         """Called when ``request`` starts waiting ``delay`` seconds for its ETA."""
         if self.warned:
             return
-        url = self.consumer.broker.current
+        url = self.broker.current
         if url is None:
             return
         timeout = self._unrenewed_lease(url)
@@ -50,9 +54,9 @@ class LeaseCheck:
 
     def _unrenewed_lease(self, url: str) -> float | None:
         if url not in self._unrenewed:
-            transport: object = self.consumer.worker.plugins.slot("transport", scheme_of(url))
+            transport: object = self.plugins.slot("transport", scheme_of(url))
             lease = None
             if isinstance(transport, LeasesMessages) and not transport.renews_leases:
-                lease = transport.lease_timeout(self.consumer.app.settings)
+                lease = transport.lease_timeout(self.settings)
             self._unrenewed[url] = lease
         return self._unrenewed[url]

@@ -13,7 +13,7 @@ the broker delivered again, just before it goes to the pool, so a first delivery
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -24,8 +24,10 @@ from ..protocol.headers import DELIVERY_COUNT, LOST_HEADER, carried_count
 from ..slots import BackendCountsDeliveries, CountsDeliveries
 
 if TYPE_CHECKING:
+    from ..app.base import App
+    from ..plugins.manager import PluginManager
     from ..request import Request
-    from .consumer import Consumer
+    from .connection import BrokerConnection
 
 __all__ = ["COUNTER_EXPIRES", "PoisonCap"]
 
@@ -51,9 +53,14 @@ class PoisonCap:
     """The cap for one consumer: checked on arrival (what the message carries) and, for a message
     delivered again, just before it starts (the counter)."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
-        self.limit: int | None = consumer.app.settings.worker_redelivery_limit
+    def __init__(self, app: App, plugins: PluginManager, broker: BrokerConnection, *,
+                 done: Callable[[Request], None]) -> None:
+        self.app = app
+        self.plugins = plugins
+        self.broker = broker
+        #: ends a request failed as a poison message before it started
+        self.done = done
+        self.limit: int | None = app.settings.worker_redelivery_limit
         self._transports: dict[str, object] = {}
         self._warned_uncapped = False
 
@@ -96,7 +103,7 @@ class PoisonCap:
         if limit is None or request.deliveries <= limit:
             return True
         request.fail_as_poison(self.error(request.deliveries, _sources(headers, counted, where)))
-        self.consumer.reservations.task_done(request, started=False)
+        self.done(request)
         return False
 
     def _count_start(self, request: Request) -> tuple[int | None, str]:
@@ -106,9 +113,9 @@ class PoisonCap:
         key = f"worker-deliveries-{envelope.id}-{envelope.retries}-{copy}"
         transport = self._transport()
         try:
-            backend = self.consumer.app.backend
+            backend = self.app.backend
             if isinstance(transport, CountsDeliveries):
-                connection = self.consumer.broker.connection
+                connection = self.broker.connection
                 if connection is not None:
                     return transport.count_delivery(connection, key, COUNTER_EXPIRES), "on the broker"
                 if not isinstance(backend, BackendCountsDeliveries):
@@ -123,13 +130,12 @@ class PoisonCap:
         return None, ""
 
     def _transport(self) -> object:
-        url = self.consumer.broker.current
+        url = self.broker.current
         if url is None:
             return None
         transport = self._transports.get(url)
         if transport is None:
-            transport = self._transports[url] = transport_for(
-                self.consumer.worker.plugins, url, self.consumer.app.settings)
+            transport = self._transports[url] = transport_for(self.plugins, url, self.app.settings)
         return transport
 
     # -- at start --------------------------------------------------------------------------------
@@ -139,7 +145,7 @@ class PoisonCap:
         ``classic`` queues (names of consumed queues the broker counts no deliveries for)."""
         if self.limit is None or not classic or self._warned_uncapped:
             return
-        if isinstance(self._transport(), CountsDeliveries) or isinstance(self.consumer.app.backend,
+        if isinstance(self._transport(), CountsDeliveries) or isinstance(self.app.backend,
                                                                           BackendCountsDeliveries):
             return
         self._warned_uncapped = True

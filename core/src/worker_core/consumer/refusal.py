@@ -5,7 +5,7 @@ client waiting on it gets the error at once."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DecodeError, ProtocolError
@@ -17,9 +17,9 @@ from ..slots import DiscardsResults
 if TYPE_CHECKING:
     from kombu.message import Message
 
-    from .consumer import Consumer
+    from ..app.base import App
 
-__all__ = ["describe_message", "refuse", "refuse_undecodable"]
+__all__ = ["Refuser", "describe_message"]
 
 logger = logging.getLogger("worker.consumer")
 
@@ -59,46 +59,53 @@ def describe_message(message: Any) -> str:
     return f"{named} from queue {safe_repr(queue, 60)}"
 
 
-def refuse(consumer: Consumer, message: Message, error: BaseException,
-           stored: BaseException | None = None) -> None:
-    """Take ``message`` off its queue for good (it is not requeued: it would only be refused
-    again) to the dead-letter queue when there is one, say why in one line, and store its result
-    as FAILURE with ``stored`` (else ``error``) when it names a task id and results are kept.
-    Never raises."""
-    reason = _one_line(str(error) or type(error).__name__)
-    logger.error("Rejected message %s: %s", describe_message(message), reason)
-    consumer.notify("task_rejected", request=None, reason=reason, requeue=False)
-    consumer.tasks.dead_letter(message, reason)
-    _fail_result(consumer, message, error if stored is None else stored)
+class Refuser:
+    """Refuses the messages of one consumer: says so to the hooks, takes each off its queue with
+    ``dead_letter(message, reason)``, stores its failure in ``app``'s result backend."""
 
+    def __init__(self, app: App, notify: Callable[..., None],
+                 dead_letter: Callable[[Message, str], None]) -> None:
+        self.app = app
+        self.notify = notify
+        self.dead_letter = dead_letter
 
-def refuse_undecodable(consumer: Consumer, message: Message, exc: BaseException) -> None:
-    """kombu's decode-error callback: the transport or kombu could not build the message (the
-    transport's reason is a :class:`ProtocolError`; kombu's own, such as a compression it cannot
-    undo, is given as a decode error)."""
-    if not isinstance(exc, ProtocolError):
-        exc = DecodeError(f"kombu cannot decode it: {type(exc).__name__}: {exc}")
-    refuse(consumer, message, exc)
+    def refuse(self, message: Message, error: BaseException, stored: BaseException | None = None) -> None:
+        """Take ``message`` off its queue for good (it is not requeued: it would only be refused
+        again) to the dead-letter queue when there is one, say why in one line, and store its
+        result as FAILURE with ``stored`` (else ``error``) when it names a task id and results
+        are kept. Never raises."""
+        reason = _one_line(str(error) or type(error).__name__)
+        logger.error("Rejected message %s: %s", describe_message(message), reason)
+        self.notify("task_rejected", request=None, reason=reason, requeue=False)
+        self.dead_letter(message, reason)
+        self._fail_result(message, error if stored is None else stored)
 
+    def refuse_undecodable(self, message: Message, exc: BaseException) -> None:
+        """kombu's decode-error callback: the transport or kombu could not build the message (the
+        transport's reason is a :class:`ProtocolError`; kombu's own, such as a compression it
+        cannot undo, is given as a decode error)."""
+        if not isinstance(exc, ProtocolError):
+            exc = DecodeError(f"kombu cannot decode it: {type(exc).__name__}: {exc}")
+        self.refuse(message, exc)
 
-def _fail_result(consumer: Consumer, message: Any, error: BaseException) -> None:
-    task_id, name = identify(message)
-    headers = getattr(message, "headers", None)
-    if task_id is None or (isinstance(headers, Mapping) and headers.get("ignore_result") is True):
-        return
-    backend = consumer.app.backend
-    if isinstance(backend, DiscardsResults) and backend.discards_results:
-        return
-    request: dict[str, Any] = {"task": name}
-    properties = getattr(message, "properties", None)
-    if isinstance(properties, Mapping):
-        # where a result backend replying to the sender (rpc://) sends the failure, as Celery's worker
-        for key in ("reply_to", "correlation_id"):
-            value = _text(properties.get(key))
-            if value:
-                request[key] = value
-    try:
-        store_outcome(backend, Outcome(FAILURE, exception=error, task_id=task_id, request=request))
-    except Exception as exc:
-        logger.error("Could not store the failure of refused message %s: %s: %s",
-                     describe_message(message), type(exc).__name__, exc)
+    def _fail_result(self, message: Any, error: BaseException) -> None:
+        task_id, name = identify(message)
+        headers = getattr(message, "headers", None)
+        if task_id is None or (isinstance(headers, Mapping) and headers.get("ignore_result") is True):
+            return
+        backend = self.app.backend
+        if isinstance(backend, DiscardsResults) and backend.discards_results:
+            return
+        request: dict[str, Any] = {"task": name}
+        properties = getattr(message, "properties", None)
+        if isinstance(properties, Mapping):
+            # where a result backend replying to the sender (rpc://) sends the failure, as Celery's worker
+            for key in ("reply_to", "correlation_id"):
+                value = _text(properties.get(key))
+                if value:
+                    request[key] = value
+        try:
+            store_outcome(backend, Outcome(FAILURE, exception=error, task_id=task_id, request=request))
+        except Exception as exc:
+            logger.error("Could not store the failure of refused message %s: %s: %s",
+                         describe_message(message), type(exc).__name__, exc)

@@ -8,17 +8,25 @@ import collections
 import itertools
 import logging
 import math
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 from ..slots import SharesOneQueue, WithdrawsOneJob, WithdrawsQueuedJobs
-from .eta import EtaHold, HeldTask
-from .handler import accepted, request_class
+from .eta import EtaHold, HeldTask, MakeRequest
+from .fence import LeaseFence
 from .ratelimit import RateLimits
 
 if TYPE_CHECKING:
+    from ..app.base import App
+    from ..control.stamps import RevokedStamps
+    from ..options import WorkerOptions
     from ..request import Request
-    from .consumer import Consumer
+    from ..revoked import RevokedIds
+    from .clock import Clock
+    from .connection import BrokerConnection
+    from .leases import LeaseCheck
+    from .poison import PoisonCap
+    from .tasks import TaskConsumer
 
 __all__ = ["Reservations"]
 
@@ -34,24 +42,40 @@ class Reservations:
     requests handed to the pool and not done.
     """
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
-        self.worker = consumer.worker
-        self.revoked = consumer.worker.revoked
-        self.revoked_stamps = consumer.worker.revoked_stamps
-        self.fcfs = consumer.options.scheduling == "fcfs"
+    def __init__(self, app: App, options: WorkerOptions, *, pool: Callable[[], Any], timer: Any,
+                 clock: Clock, broker: BrokerConnection, tasks: TaskConsumer, leases: LeaseCheck,
+                 poison: PoisonCap, revoked: RevokedIds, revoked_stamps: RevokedStamps,
+                 on_task_message: list[Callable[[], None]], notify: Callable[..., None], log_info: bool,
+                 make_request: MakeRequest, accept: frozenset[str]) -> None:
+        """``pool()`` is the worker's pool (None before it starts), ``on_task_message`` what
+        runs as each request becomes ready, ``make_request(message, envelope, task)`` builds a
+        request again (a task held for its ETA), of messages of the content types ``accept``."""
+        self.pool = pool
+        self.clock = clock
+        self.tasks = tasks
+        self.leases = leases
+        self.poison = poison
+        self.notify = notify
+        self.log_info = log_info
+        self.on_task_message = on_task_message
+        self.revoked = revoked
+        self.revoked_stamps = revoked_stamps
+        self.fcfs = options.scheduling == "fcfs"
         self.ready: collections.deque[Request] = collections.deque()
-        self.eta_held = EtaHold(consumer.timer, self._eta_due, consumer.clock.deadline)
-        self._make_request = request_class(consumer)
-        self._accept = accepted(consumer)
+        self.eta_held = EtaHold(timer, self._eta_due, clock.deadline)
+        self._make_request = make_request
+        self._accept = accept
+        self._max_size = app.settings.worker_max_message_size
+        #: the leases of what the worker holds, on a channel that fences them
+        self.fence = LeaseFence(self, tasks, broker, pool)
         self.reserved: set[Request] = set()
         self.active: set[Request] = set()
         self.inflight = 0
         #: tasks done, by name (``inspect stats``' ``total``)
         self.totals: collections.Counter[str] = collections.Counter()
-        self.rate_limits = RateLimits(consumer.timer, self._reserve_now)
-        self.rate_limits_enabled = not consumer.app.settings.worker_disable_rate_limits
-        pool = self.worker.pool
+        self.rate_limits = RateLimits(timer, self._reserve_now)
+        self.rate_limits_enabled = not app.settings.worker_disable_rate_limits
+        pool = pool()
         # Under fcfs, or when the executors take jobs from one queue, the pool gets every request
         # at once; under fair scheduling otherwise, one per idle executor.
         self._ungated = self.fcfs or (isinstance(pool, SharesOneQueue) and pool.shared_queue)
@@ -64,8 +88,7 @@ class Reservations:
     # -- arrival -----------------------------------------------------------------------------
 
     def receive(self, request: Request) -> None:
-        consumer = self.consumer
-        if consumer.log_info:
+        if self.log_info:
             logger.info("Task %s received", request.label)
         if request.id in self.revoked:
             request.revoke("revoked")
@@ -75,10 +98,10 @@ class Reservations:
             if hit is not None:
                 request.revoke("revoked", why=f"revoked by header: {hit}")
                 return
-        consumer.notify("task_received", request=request)
+        self.notify("task_received", request=request)
         envelope = request.envelope
         if envelope.expires is not None or envelope.eta is not None:
-            now = consumer.clock.utcnow()  # (the broker's clock, when the transport tells it)
+            now = self.clock.utcnow()  # (the broker's clock, when the transport tells it)
             if envelope.expires is not None and envelope.expires <= now:
                 request.revoke("expired")
                 return
@@ -91,26 +114,26 @@ class Reservations:
         # The message stays unacknowledged until it runs; widen the window so it does not
         # block other messages meanwhile.
         assert request.envelope.eta is not None
-        self.consumer.tasks.prefetch_eventually(1)
-        self.consumer.leases.check(request, delay)
+        self.tasks.prefetch_eventually(1)
+        self.leases.check(request, delay)
         self.eta_held.hold(request.envelope.eta.timestamp(), request)
 
     def held_request(self, held: HeldTask) -> Request:
         """The request of a task held for its ETA, built again from its message."""
-        return held.request(self.consumer, self._make_request, self._accept)
+        return held.request(self._make_request, self._accept, self._max_size)
 
     def _eta_due(self, held: HeldTask) -> None:
-        self.consumer.tasks.prefetch_eventually(-1)
+        self.tasks.prefetch_eventually(-1)
         try:
             request = self.held_request(held)
         except Exception as exc:
             # it was read once as it arrived: only a fault here can make it unreadable now
             logger.critical("Internal error while building task %s again at its ETA: %r; it goes back "
                             "to the broker", held.id, exc, exc_info=True)
-            self.consumer.tasks.reject(held.message(), requeue=True)
+            self.tasks.reject(held.message(), requeue=True)
             return
         expires = request.envelope.expires
-        if expires is not None and expires <= self.consumer.clock.utcnow():
+        if expires is not None and expires <= self.clock.utcnow():
             request.revoke("expired")
             return
         self._reserve(request)
@@ -125,7 +148,7 @@ class Reservations:
     def _reserve_now(self, request: Request) -> None:
         self.reserved.add(request)
         self.ready.append(request)
-        for callback in self.worker.on_task_message:
+        for callback in self.on_task_message:
             callback()
         self.dispatch()
 
@@ -134,7 +157,7 @@ class Reservations:
     def capacity(self) -> float:
         """How many requests the pool may hold: every one under fcfs or with a shared queue, else
         one per executor (fair scheduling hands a job only to an idle one)."""
-        pool = self.worker.pool
+        pool = self.pool()
         if self._ungated or pool is None:
             return math.inf
         return float(pool.num_processes)
@@ -145,9 +168,9 @@ class Reservations:
             return
         self._dispatching = True
         try:
-            pool = self.worker.pool
+            pool = self.pool()
             ready = self.ready
-            fence = self.consumer.fence
+            fence = self.fence
             while ready and self.inflight < self.capacity():
                 request = ready.popleft()
                 lost = fence.lost(request.message)
@@ -158,7 +181,7 @@ class Reservations:
                     ready.appendleft(request)
                     break
                 expires = request.envelope.expires
-                if expires is not None and expires <= self.consumer.clock.utcnow():
+                if expires is not None and expires <= self.clock.utcnow():
                     request.revoke("expired")
                     continue
                 if request.count_at_start:  # delivered again: counted as it starts (the poison cap)
@@ -167,7 +190,7 @@ class Reservations:
                         # the worker down meanwhile cannot take a start of this one along
                         ready.appendleft(request)
                         break
-                    if not self.consumer.poison.may_start(request):
+                    if not self.poison.may_start(request):
                         continue
                 self.inflight += 1
                 try:
@@ -183,7 +206,7 @@ class Reservations:
 
     def task_started(self, request: Request) -> None:
         self.active.add(request)
-        self.consumer.notify("task_started", request=request, pid=request.worker_pid)
+        self.notify("task_started", request=request, pid=request.worker_pid)
 
     def task_done(self, request: Request, *, started: bool = True) -> None:
         request.finished = True
@@ -192,7 +215,7 @@ class Reservations:
         self.active.discard(request)
         if started:
             self.inflight -= 1
-            self.consumer.tasks.restore_prefetch_step()
+            self.tasks.restore_prefetch_step()
         self.totals[request.name] += 1
         if not self._dispatching:
             self.dispatch()
@@ -218,7 +241,7 @@ class Reservations:
             self.ready.extend(kept)
         held = []
         for task in self.eta_held.take(task_ids):
-            self.consumer.tasks.prefetch_eventually(-1)
+            self.tasks.prefetch_eventually(-1)
             held.append(self.held_request(task))
         held += self.rate_limits.discard(task_ids)
         for request in waiting + held:
@@ -226,7 +249,7 @@ class Reservations:
         return waiting + held + self._withdraw_from_pool(task_ids)
 
     def _withdraw_from_pool(self, task_ids: Collection[str]) -> list[Request]:
-        pool = self.worker.pool
+        pool = self.pool()
         if not isinstance(pool, WithdrawsOneJob):
             return []
         taken = [request for request in self.reserved
@@ -252,14 +275,14 @@ class Reservations:
         self.ready.clear()
         dropped += self.rate_limits.forget()
         self._give_back = give_back
-        pool = self.worker.pool
+        pool = self.pool()
         # first those queued in the pool (they came first), each through :meth:`withdrawn`
         withdrawn = pool.withdraw_queued() if isinstance(pool, WithdrawsQueuedJobs) else 0
         if give_back:
             for request in dropped:
                 request.reject(requeue=True)
             for task in held:
-                self.consumer.tasks.reject(task.message(), requeue=True)
+                self.tasks.reject(task.message(), requeue=True)
         return len(dropped) + len(held) + withdrawn
 
     def withdrawn(self, request: Request) -> None:

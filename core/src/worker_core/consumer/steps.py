@@ -77,7 +77,7 @@ class TasksStep(Step["Consumer"]):
         return "consume " + ", ".join(options.queues)
 
     def start(self, consumer: Consumer) -> None:
-        consumer.tasks.start()
+        consumer.tasks.start(consumer.on_message, consumer.refuser.refuse_undecodable)
 
     def stop(self, consumer: Consumer) -> None:
         consumer.tasks.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import kombu
@@ -16,13 +17,16 @@ from ..app.queues import is_quorum
 from ..exceptions import TopologyError
 from ..protocol.headers import DELIVERY_COUNT
 from ..slots import AdoptsQueues, BuffersDeliveries, DelaysOnBroker
-from .refusal import describe_message, refuse_undecodable
+from .refusal import describe_message
 
 if TYPE_CHECKING:
     from kombu.message import Message
     from kombu.messaging import Consumer as KombuConsumer
 
-    from .consumer import Consumer
+    from ..app.base import App
+    from ..options import WorkerOptions
+    from .connection import BrokerConnection
+    from .poison import PoisonCap
 
 __all__ = ["TaskConsumer"]
 
@@ -42,9 +46,20 @@ _DEAD_LETTER_RETRY = {"max_retries": 3, "interval_start": 0, "interval_step": 0.
 class TaskConsumer:
     """The task queues' consumer and its prefetch window, across reconnects."""
 
-    def __init__(self, consumer: Consumer) -> None:
-        self.consumer = consumer
-        options = consumer.options
+    def __init__(self, app: App, options: WorkerOptions, *, queues: list[str],
+                 before_consuming: list[Callable[[], None]], timer: Any, hostname: str,
+                 broker: BrokerConnection, poison: PoisonCap) -> None:
+        """``queues`` are the worker's queues (changed in place by ``add_consumer`` and
+        ``cancel_consumer``), ``before_consuming`` what runs once before consuming first starts
+        (cleared then)."""
+        self.app = app
+        self.options = options
+        self.queues = queues
+        self.before_consuming = before_consuming
+        self.timer = timer
+        self.hostname = hostname
+        self.broker = broker
+        self.poison = poison
         self.multiplier = options.prefetch_multiplier
         self.max_prefetch = (options.max_concurrency or 1) * self.multiplier
         self.kombu: KombuConsumer | None = None
@@ -58,7 +73,7 @@ class TaskConsumer:
         #: the dead-letter queue was declared on this connection
         self._dead_letters_declared = False
         #: ``worker_eta_task_limit``: the window sent to the broker never passes it
-        self.eta_limit = consumer.app.settings.worker_eta_task_limit
+        self.eta_limit = app.settings.worker_eta_task_limit
         #: the window last sent to the broker on this connection (after the limit)
         self._sent_prefetch: int | None = None
         #: a timer will send the window again (it still moved after a turn's updates)
@@ -72,18 +87,20 @@ class TaskConsumer:
 
     # -- consuming ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        consumer = self.consumer
-        connection = consumer.broker.connection
+    def start(self, on_message: Callable[[Message], None],
+              on_decode_error: Callable[[Message, BaseException], None]) -> None:
+        """Consume the worker's queues on the broker connection: each message delivered goes to
+        ``on_message``, each the transport or kombu could not build to ``on_decode_error``."""
+        connection = self.broker.connection
         assert connection is not None
-        worker = consumer.worker
-        first, worker.before_consuming = worker.before_consuming, []
+        first = list(self.before_consuming)
+        self.before_consuming.clear()
         for callback in first:
             callback()
-        transport = consumer.broker.transport
+        transport = self.broker.transport
         self._buffers = isinstance(transport, BuffersDeliveries) and transport.buffers_deliveries
-        queues = self._declared(connection, consumer.app.topology.select(worker.queues))
-        settings = consumer.app.settings
+        queues = self._declared(connection, self.app.topology.select(self.queues))
+        settings = self.app.settings
         quorum = [queue for queue in queues if is_quorum(queue)]
         self.per_consumer = bool(quorum) and settings.worker_detect_quorum_queues
         if self.per_consumer:
@@ -92,15 +109,15 @@ class TaskConsumer:
             self._initial_prefetch = None
             self.reduced = False
             self._wait_on_broker(connection, queues)
-        if consumer.options.purge and not self._purged:
+        if self.options.purge and not self._purged:
             self._purge(connection, queues)
-        consumer.poison.warn_uncapped([queue.name for queue in queues if not is_quorum(queue)])
+        self.poison.warn_uncapped([queue.name for queue in queues if not is_quorum(queue)])
         self._dead_letters_declared = False
         self.kombu = kombu.Consumer(  # type: ignore[attr-defined,no-untyped-call]
-            connection.default_channel, queues=queues, on_message=consumer.on_message, no_ack=False,
+            connection.default_channel, queues=queues, on_message=on_message, no_ack=False,
             # the transport or kombu could not build the message (a bad envelope or body
             # encoding, a 'compression' header kombu cannot undo): refuse it
-            on_decode_error=lambda message, exc: refuse_undecodable(consumer, message, exc),
+            on_decode_error=on_decode_error,
         )
         prefetch = self._initial_prefetch or self.max_prefetch
         self._initial_prefetch = None
@@ -113,7 +130,7 @@ class TaskConsumer:
         self.kombu.consume()
 
     def stop(self) -> None:
-        if self.kombu is not None and not self.consumer.broker.lost:
+        if self.kombu is not None and not self.broker.lost:
             try:
                 self.kombu.cancel()
             except Exception as exc:
@@ -129,21 +146,21 @@ class TaskConsumer:
         """Countdowns wait on the broker, in Celery's layout, not in this worker's memory, when
         the transport can hold them (``DelaysOnBroker``); a broker that refuses the layout leaves
         them to the worker, with a line that says why."""
-        transport = self.consumer.broker.transport
+        transport = self.broker.transport
         if not isinstance(transport, DelaysOnBroker):
             return
         try:
             transport.declare_delays(connection,
-                                     self.consumer.app.settings.broker_native_delayed_delivery_queue_type)
+                                     self.app.settings.broker_native_delayed_delivery_queue_type)
             for queue in queues:
                 transport.bind_to_delays(connection, queue)
         except Exception as exc:
-            if self.consumer.broker.is_connection_error(exc):
+            if self.broker.is_connection_error(exc):
                 raise
             logger.warning("Countdowns on %s wait in the worker: the broker refused the delay queues "
                            "(broker_native_delayed_delivery_queue_type=%r): %s: %s",
                            ", ".join(q.name for q in queues),
-                           self.consumer.app.settings.broker_native_delayed_delivery_queue_type,
+                           self.app.settings.broker_native_delayed_delivery_queue_type,
                            type(exc).__name__, exc)
 
     def _purge(self, connection: Any, queues: list[Any]) -> None:
@@ -158,7 +175,7 @@ class TaskConsumer:
         """The queues as the broker has them, when its transport adopts queues that exist with
         other arguments (``AdoptsQueues``: each declared on a channel of its own, adopted or
         refused in one line without closing the channel that consumes); others as given."""
-        transport = self.consumer.broker.transport
+        transport = self.broker.transport
         if not isinstance(transport, AdoptsQueues):
             return queues
         return [transport.declare_queue(connection, queue) for queue in queues]
@@ -169,18 +186,18 @@ class TaskConsumer:
         :raise TopologyError: the broker has the queue in a way this worker cannot consume, or it
             is a quorum queue and this channel's window is global; the other queues go on.
         """
-        if self.kombu is None or self.consumer.broker.lost:
+        if self.kombu is None or self.broker.lost:
             return
-        connection = self.consumer.broker.connection
+        connection = self.broker.connection
         assert connection is not None
         (declared,) = self._declared(connection, [queue])
-        detect = self.consumer.app.settings.worker_detect_quorum_queues
+        detect = self.app.settings.worker_detect_quorum_queues
         if is_quorum(declared) and not self.per_consumer and detect:
             raise TopologyError(
                 f"queue {queue.name!r} is a quorum queue, which RabbitMQ does not let a channel with a "
                 f"global prefetch window consume (this worker's queues are classic): restart the worker "
                 f"with it in -Q")
-        transport = self.consumer.broker.transport
+        transport = self.broker.transport
         if self.per_consumer and isinstance(transport, DelaysOnBroker):
             transport.bind_to_delays(connection, declared)
         self.kombu.add_queue(declared)
@@ -189,7 +206,7 @@ class TaskConsumer:
     def cancel_queue(self, name: str) -> None:
         """Stop consuming the queue ``name`` (remote ``cancel_consumer``); the messages already
         received from it are still worked on."""
-        if self.kombu is not None and not self.consumer.broker.lost:
+        if self.kombu is not None and not self.broker.lost:
             self.kombu.cancel_by_queue(name)
 
     # -- the prefetch window -------------------------------------------------------------------
@@ -227,7 +244,7 @@ class TaskConsumer:
             qos.update()
             self._handle_arrived()
             qos = self.qos  # (a lost connection forgets it)
-        timer = self.consumer.timer
+        timer = self.timer
         if qos is not None and qos.prev != qos.value and timer is not None and not self._qos_follow_up:
             self._qos_follow_up = True
             timer.call_after(_QOS_FOLLOW_UP, self._follow_up_qos)
@@ -239,7 +256,7 @@ class TaskConsumer:
     def _handle_arrived(self) -> None:
         """Handle the messages the transport read ahead of the loop, without waiting
         (``BuffersDeliveries``; other transports: nothing to do)."""
-        connection = self.consumer.broker.connection
+        connection = self.broker.connection
         if connection is None or not self._buffers:
             return
         for _ in range(_ARRIVED_PER_ROUND):
@@ -315,7 +332,7 @@ class TaskConsumer:
 
     def republish(self, message: Message, extra_headers: dict[str, Any]) -> bool:
         """Publish a copy of ``message`` (same body, properties and route) with more headers."""
-        connection = self.consumer.broker.connection
+        connection = self.broker.connection
         if connection is None:
             return False
         info = message.delivery_info or {}
@@ -342,8 +359,8 @@ class TaskConsumer:
         """Send ``message`` to the dead-letter queue with ``reason`` in its headers, then take it
         off its queue; without a dead-letter queue (or when the copy cannot be sent) it is
         rejected, and the log line says so."""
-        name = self.consumer.app.settings.worker_dead_letter_queue
-        connection = self.consumer.broker.connection
+        name = self.app.settings.worker_dead_letter_queue
+        connection = self.broker.connection
         if name is None or connection is None:
             self.reject(message, requeue=False)
             return
@@ -353,7 +370,7 @@ class TaskConsumer:
             kombu.Producer(connection.default_channel).publish(  # type: ignore[attr-defined,no-untyped-call]
                 message.body, exchange=name, routing_key=name,
                 headers=deadletters.dead_headers(message.headers, message.delivery_info, reason,
-                                                 self.consumer.hostname),
+                                                 self.hostname),
                 content_type=message.content_type, content_encoding=message.content_encoding, delivery_mode=2,
                 priority=properties.get("priority"), correlation_id=properties.get("correlation_id"),
                 reply_to=properties.get("reply_to") or None,

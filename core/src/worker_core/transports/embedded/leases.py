@@ -78,7 +78,7 @@ class LeaseChannel(Channel):
         if self.kept is None:
             super()._put(queue, message, **kwargs)
             return
-        from .channel import expires_at, dumps
+        from .channel import dumps, expires_at
 
         self.kept.append((queue, dumps(message), self._get_message_priority(message), expires_at(message)))
 
