@@ -151,7 +151,7 @@ class PoisonCap:
         self._warned_uncapped = True
         # one line; a warning only when the limit was changed from its default (Celery has no such
         # setting: a Celery deployment on classic queues would read it on every start)
-        default = attrs.fields(type(self.consumer.app.settings)).worker_redelivery_limit.default
+        default = attrs.fields(type(self.app.settings)).worker_redelivery_limit.default
         level = logging.WARNING if self.limit != default else logging.INFO
         logger.log(level, "worker_redelivery_limit=%d cannot hold on queue%s %s for a task that takes its "
                    "whole worker down (nothing counts deliveries there): make %s quorum queue%s "
