@@ -83,9 +83,10 @@ def test_a_refusing_redis_is_waited_out_with_one_line_each_way_and_every_result_
         time.sleep(REFUSING)  # the fault under test
         redis.Redis.from_url(server.url).config_set("maxmemory", 0)
     else:
-        busy = _busy(server.url, REFUSING)
+        # twice as long: the worker sees it by a write of its own (its probe runs every 2 s)
+        busy = _busy(server.url, 2 * REFUSING)
         worker.wait_log("MainProcess] Redis refuses work: it is busy running a script", timeout=10)
-        busy.join(timeout=REFUSING + 10)
+        busy.join(timeout=2 * REFUSING + 10)
     worker.wait_log("The broker takes work again after", timeout=20)
     assert [result.get(timeout=60) for result in results] == list(range(TASKS))
     assert basic.runs(REDIS_TEST_URL, key) == dict.fromkeys(range(TASKS), 1)
