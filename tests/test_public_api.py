@@ -195,10 +195,12 @@ def test_each_plugin_package_and_public_module_exports_its_pinned_names(module: 
 CORE_API = {"worker_core": PUBLIC, **{module: names for module, names in MODULES.items()
                                       if module.partition(".")[0] == "worker_core"}}
 
-#: every built-in plugin package, and the core's own transport, written as a plugin would be
+#: every built-in plugin package, the core's own transport, written as a plugin would be, and the
+#: test transport that proves one needs nothing else (``tests/memory_transport.py``)
 BUILT_INS = sorted(
     [(path.name, path) for path in REPO.glob("plugins/*/src/*") if (path / "__init__.py").exists()]
-    + [("worker_core.transports.embedded", REPO / "core/src/worker_core/transports/embedded")]
+    + [("worker_core.transports.embedded", REPO / "core/src/worker_core/transports/embedded"),
+       ("memory_transport", REPO / "tests/memory_transport.py")]
 )
 
 
@@ -210,12 +212,12 @@ def _module_of(path: Path, root: Path, package: str) -> str:
 
 
 def core_imports(root: Path, package: str) -> list[tuple[str, str, str | None]]:
-    """Every core module and name the modules of ``package`` (the folder ``root``) import, as
+    """Every core module and name the modules of ``package`` (the folder ``root``, or one file) import, as
     ``(where, module, name)`` (``name`` None for ``import module``), imports inside ``package``
     left out."""
     found: list[tuple[str, str, str | None]] = []
-    for path in sorted(root.rglob("*.py")):
-        here = _module_of(path, root, package).split(".")
+    for path in [root] if root.is_file() else sorted(root.rglob("*.py")):
+        here = package.split(".") if root.is_file() else _module_of(path, root, package).split(".")
         if path.name != "__init__.py":
             here.pop()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
