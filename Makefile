@@ -11,7 +11,7 @@ DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_thr
                  -e ./plugins/transport_redis -e ./plugins/transport_amqp -e ./plugins/autoscale_backlog \
                  -e ./plugins/celery_app -e ./plugins/metrics_prometheus -e ./plugins/pool_asyncio[uvloop] \
                  -e ./plugins/transport_postgres[test] -e ./plugins/beat -e ./plugins/transport_redis_cluster \
-                 -e ./plugins/otel
+                 -e ./plugins/otel -e ./plugins/django
 
 .PHONY: venv demo docs test test-fast test-stock bench lint
 
@@ -109,4 +109,4 @@ lint: venv
 	    plugins/transport_redis/src plugins/transport_amqp/src plugins/autoscale_backlog/src \
 	    plugins/celery_app/src plugins/metrics_prometheus/src plugins/pool_asyncio/src \
 	    plugins/transport_postgres/src plugins/beat/src plugins/transport_redis_cluster/src \
-	    plugins/otel/src
+	    plugins/otel/src plugins/django/src

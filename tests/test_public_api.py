@@ -130,7 +130,7 @@ MODULES = {
         "ElectsLeaders", "EventLoop", "ExplainsConnectFailures", "FailoverStrategy", "FansOutEvents",
         "FencesLeases", "FixedConcurrency", "ForeignApp", "JoinsChords", "KeepsRecords", "Lease",
         "LeaseState", "LeasesMessages", "ListsConfiguration", "LoopContext", "OffersResultBackend",
-        "ParksMessages", "Pool",
+        "OrdersByPriority", "ParksMessages", "Pool",
         "PoolFactory", "PoolOptions", "REQUIRED", "RecordTable", "RepliesToSender", "ReportsRefusals",
         "RestartsProcesses", "ResultBackend", "RewritesUrls", "SavesGroups", "SendsOnce", "SharesOneQueue",
         "StopsOneJob", "SuccessIsFinal", "TellsTime", "Transport", "WithdrawsOneJob", "WithdrawsQueuedJobs"],

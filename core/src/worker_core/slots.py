@@ -16,11 +16,12 @@ Protocol of its own (:class:`WithdrawsQueuedJobs`, :class:`WithdrawsOneJob`,
 :class:`CountsDeliveries`, :class:`FansOutEvents`, :class:`BuffersDeliveries`, :class:`AdoptsQueues`,
 :class:`DelaysOnBroker`, :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`,
 :class:`ReportsRefusals`, :class:`TellsTime`, :class:`ExplainsConnectFailures`,
-:class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`, :class:`JoinsChords`,
-:class:`RepliesToSender`, :class:`BackendCountsDeliveries`, :class:`RestartsProcesses`): a plugin offers
-one by defining all of its members, and the worker tests for it with ``isinstance``. A
-capability made of class attributes is tested on the class itself as well as on an instance
-(a class object carries its class attributes): ``isinstance(PoolClass, FixedConcurrency)``.
+:class:`OrdersByPriority`, :class:`SuccessIsFinal`, :class:`DiscardsResults`, :class:`SavesGroups`,
+:class:`JoinsChords`, :class:`RepliesToSender`, :class:`BackendCountsDeliveries`,
+:class:`RestartsProcesses`): a plugin offers one by defining all of its members, and the worker
+tests for it with ``isinstance``. A capability made of class attributes is tested on the class
+itself as well as on an instance (a class object carries its class attributes):
+``isinstance(PoolClass, FixedConcurrency)``.
 A class that defines some members of a capability but not all of them is refused at load.
 
 One module by design: every slot's interface is declared in one place a plugin author reads.
@@ -73,6 +74,7 @@ __all__ = [
     "ListsConfiguration",
     "LoopContext",
     "OffersResultBackend",
+    "OrdersByPriority",
     "ParksMessages",
     "Pool",
     "PoolFactory",
@@ -343,7 +345,7 @@ class Transport(Protocol):
     :class:`OffersResultBackend`, :class:`CountsDeliveries`, :class:`FansOutEvents`,
     :class:`BuffersDeliveries`, :class:`AdoptsQueues`, :class:`DelaysOnBroker`,
     :class:`RewritesUrls`, :class:`ElectsLeaders`, :class:`KeepsRecords`, :class:`ReportsRefusals`,
-    :class:`TellsTime`, :class:`ExplainsConnectFailures`; its channels may be
+    :class:`TellsTime`, :class:`ExplainsConnectFailures`, :class:`OrdersByPriority`; its channels may be
     :class:`ParksMessages` and :class:`FencesLeases`. The worker never asks which broker it has:
     what differs between brokers is one of these, with the behaviour without it said in its
     docstring.
@@ -617,6 +619,25 @@ class TellsTime(Protocol):
     def broker_time(cls, connection: Any) -> float:
         """The broker's clock now, in seconds since the epoch, read through ``connection`` (a kombu
         connection made with :meth:`Transport.kombu_transport`). Raise on any failure."""
+
+
+@runtime_checkable
+class OrdersByPriority(Protocol):
+    """A transport that hands out a queue's waiting messages by their ``priority`` property
+    first, then in the order they came (Redis's priority lists, RabbitMQ's ``x-max-priority``
+    queues, the tables of PostgreSQL and the embedded transport).
+
+    A client that speaks of priorities on another scale (Django's tasks: -100 to 100) maps them
+    onto this one. Without it, the priority a message carries changes nothing of its order.
+    Read on the class, with the settings the queues are declared with.
+    """
+
+    @classmethod
+    def priority_order(cls, settings: Settings) -> tuple[int, int] | None:
+        """``(first, last)``: the priority served first and the one served last (``(0, 9)`` on
+        Redis, where the lower number wins; ``(9, 0)`` where the higher does), every whole number
+        between them a priority; None when these settings leave priorities unhonoured (a
+        RabbitMQ queue declared without ``x-max-priority``)."""
 
 
 @runtime_checkable
@@ -1389,7 +1410,7 @@ CAPABILITIES: Mapping[str, tuple[type, ...]] = {
     "transport": (AcksSurviveReconnect, LeasesMessages, OffersResultBackend, CountsDeliveries,
                   FansOutEvents, BuffersDeliveries, AdoptsQueues, DelaysOnBroker, RewritesUrls,
                   ElectsLeaders, KeepsRecords, ReportsRefusals, TellsTime,
-                  ExplainsConnectFailures),
+                  ExplainsConnectFailures, OrdersByPriority),
     "loop": (),
     "autoscaler": (),
     "failover": (),

@@ -66,6 +66,7 @@ KNOWN_DISTRIBUTIONS: Mapping[tuple[str, str], str] = {
     ("transport", "amqps"): "worker-transport-amqp",
     ("transport", "pyamqp"): "worker-transport-amqp",
     ("app_loader", "celery"): "worker-celery",
+    ("app_loader", "django"): "worker-django",
     **{(slot, scheme): "worker-transport-postgres" for slot, scheme in [
         ("transport", "postgresql"), ("transport", "postgres"), ("transport", "sqla+postgresql"),
         ("result_backend", "postgresql"), ("result_backend", "postgres"),
@@ -90,6 +91,7 @@ REPOSITORY_PATHS: Mapping[str, str] = {
     "worker-beat": "./plugins/beat",
     "worker-transport-redis-cluster": "./plugins/transport_redis_cluster",
     "worker-otel": "./plugins/otel",
+    "worker-django": "./plugins/django",
 }
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         DelaysOnBroker,
         ElectsLeaders,
         ExplainsConnectFailures,
+        OrdersByPriority,
         ReportsRefusals,
         Transport,
     )
@@ -54,6 +55,13 @@ class AmqpTransport:
     def default_result_backend(cls, broker_url: str) -> str | None:
         # As in Celery: results are off unless result_backend is set.
         return None
+
+    @classmethod
+    def priority_order(cls, settings: Settings) -> tuple[int, int] | None:
+        """RabbitMQ serves the higher priority first, up to the queue's ``x-max-priority``:
+        ``task_queue_max_priority`` (a queue without it takes no priorities)."""
+        highest = settings.task_queue_max_priority
+        return (highest, 0) if highest else None
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -165,3 +173,4 @@ if TYPE_CHECKING:
     _ELECTS: type[ElectsLeaders] = AmqpTransport
     _REFUSALS: type[ReportsRefusals] = AmqpTransport
     _EXPLAINS: type[ExplainsConnectFailures] = AmqpTransport
+    _PRIORITIES: type[OrdersByPriority] = AmqpTransport

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         ElectsLeaders,
         KeepsRecords,
         LeasesMessages,
+        OrdersByPriority,
         RewritesUrls,
         TellsTime,
         Transport,
@@ -56,6 +57,11 @@ class PostgresTransport:
     def default_result_backend(cls, broker_url: str) -> str | None:
         # As in Celery: results are off unless result_backend is set.
         return None
+
+    @classmethod
+    def priority_order(cls, settings: Settings) -> tuple[int, int] | None:
+        # rows are served by priority, the higher first, clamped to 0 to 9 (see .schema)
+        return (9, 0)
 
     @classmethod
     def broker_time(cls, connection: Connection) -> float:
@@ -160,5 +166,6 @@ if TYPE_CHECKING:
     _LEASES: type[LeasesMessages] = PostgresTransport
     _URLS: type[RewritesUrls] = PostgresTransport
     _TIME: type[TellsTime] = PostgresTransport
+    _PRIORITIES: type[OrdersByPriority] = PostgresTransport
     _ELECTS: type[ElectsLeaders] = PostgresTransport
     _RECORDS: type[KeepsRecords] = PostgresTransport

@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from .options import DEFAULT_VISIBILITY_TIMEOUT, check_options, check_urls
 from .tls import TLS, broker_tls
 
+#: kombu's default ``priority_steps``
+DEFAULT_PRIORITY_STEPS = (0, 3, 6, 9)
+
 if TYPE_CHECKING:
     from kombu.connection import Connection
 
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
         ExplainsConnectFailures,
         FansOutEvents,
         KeepsRecords,
+        OrdersByPriority,
         ReportsRefusals,
         TellsTime,
         Transport,
@@ -59,6 +63,13 @@ class RedisTransport:
     def default_result_backend(cls, broker_url: str) -> str | None:
         # As in Celery: results are off unless result_backend is set.
         return None
+
+    @classmethod
+    def priority_order(cls, settings: Settings) -> tuple[int, int] | None:
+        """kombu's priority lists: the lowest step is served first (0, then 3, 6 and 9 by
+        default; a priority between two steps goes to the lower one)."""
+        steps = settings.broker_transport_options.get("priority_steps", DEFAULT_PRIORITY_STEPS)
+        return (min(steps), max(steps)) if len(set(steps)) > 1 else None
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -188,3 +199,4 @@ if TYPE_CHECKING:
     _REFUSALS: type[ReportsRefusals] = RedisTransport
     _TIME: type[TellsTime] = RedisTransport
     _EXPLAINS: type[ExplainsConnectFailures] = RedisTransport
+    _PRIORITIES: type[OrdersByPriority] = RedisTransport

@@ -14,7 +14,14 @@ if TYPE_CHECKING:
     from kombu.connection import Connection
 
     from ... import Settings
-    from ...slots import CountsDeliveries, ElectsLeaders, KeepsRecords, OffersResultBackend, Transport
+    from ...slots import (
+        CountsDeliveries,
+        ElectsLeaders,
+        KeepsRecords,
+        OffersResultBackend,
+        OrdersByPriority,
+        Transport,
+    )
     from .leases import EmbeddedLease, EmbeddedRecords
 
 __all__ = ["OPTIONS", "EmbeddedTransport"]
@@ -73,6 +80,11 @@ class EmbeddedTransport:
     @classmethod
     def default_result_backend(cls, broker_url: str) -> str | None:
         return broker_url
+
+    @classmethod
+    def priority_order(cls, settings: Settings) -> tuple[int, int] | None:
+        # rows are served by priority, the higher first, clamped to kombu's 0 to 9
+        return (9, 0)
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.url = url
@@ -139,3 +151,4 @@ if TYPE_CHECKING:
     _COUNTS: type[CountsDeliveries] = EmbeddedTransport
     _ELECTS: type[ElectsLeaders] = EmbeddedTransport
     _RECORDS: type[KeepsRecords] = EmbeddedTransport
+    _PRIORITIES: type[OrdersByPriority] = EmbeddedTransport
