@@ -89,6 +89,39 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeSite]:
     _forget_caches()
 
 
+def _test_apps() -> list:
+    """The module-level apps of tests/apps that tests have imported (``apps.basic.app``, ...)."""
+    from worker_core import App
+
+    found = []
+    for name, module in list(sys.modules.items()):
+        if name.startswith("apps.") and isinstance(getattr(module, "app", None), App):
+            found.append(module.app)
+    return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _each_module_leaves_the_process_as_it_found_it() -> Iterator[None]:
+    """Test modules share one process under pytest-xdist: what one changes of the environment,
+    the working directory or a shared app's settings (``basic.app.conf.update(...)`` in a
+    module's fixtures) is put back when it ends, so that the next module never runs on a broker
+    URL or transport options meant for another (a PostgreSQL schema option reaching an embedded
+    broker, say)."""
+    environ = dict(os.environ)
+    cwd = os.getcwd()
+    apps = [(app, app.settings, app._overrides, app._config_object) for app in _test_apps()]
+    yield
+    if dict(os.environ) != environ:
+        os.environ.clear()
+        os.environ.update(environ)
+    if os.getcwd() != cwd:
+        os.chdir(cwd)
+    for app, settings, overrides, config_object in apps:
+        if app.settings is not settings:
+            app.settings, app._overrides, app._config_object = settings, overrides, config_object
+            app._reset_connections()
+
+
 # -- brokers -----------------------------------------------------------------------------------
 
 #: the pytest-xdist worker this process is ("gw0", "gw1", ...), or None in a serial run
