@@ -132,6 +132,66 @@ def test_a_leader_that_cannot_reach_its_broker_stops_leading_after_the_ttl() -> 
         election.stop()
 
 
+@pytest.mark.parametrize("reachable", [False, True], ids=["broker-gone", "duty-bug"])
+def test_a_failing_duty_is_one_line_when_the_broker_is_gone_and_a_traceback_when_it_is_a_bug(
+    reachable: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Flaky:
+        """A lease whose broker answers until the duty runs, then answers only if reachable."""
+
+        name, holder, ttl, bound = "job", "node#1", 30.0, 30.0
+        token: int | None = None
+        down = False
+
+        def acquire(self, wait: float = 0.0) -> int | None:
+            self.token = 1
+            return 1
+
+        def renew(self) -> bool:
+            if self.down:
+                raise ConnectionError("Connection closed by server.")
+            return True
+
+        def release(self) -> None:
+            self.token = None
+
+        def current(self) -> None:
+            return None
+
+        def close(self) -> None:
+            pass
+
+    lease = Flaky()
+    calls: list[int] = []
+
+    def duty(lease_: Lease, token: int, deadline: float) -> float:
+        calls.append(token)
+        lease.down = not reachable
+        if reachable:
+            raise KeyError("a bug in the duty")
+        raise ConnectionError("Connection closed by server.")
+
+    election = Election(lease, duty=duty)  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="worker_core.election"):
+        election.start()
+        try:
+            wait_for(lambda: len(calls) >= (3 if reachable else 1), 10, message="the duty to run and fail")
+            wait_for(lambda: reachable or election.last_error is not None, 10,
+                     message="the broker's error to be recorded")
+        finally:
+            election.stop()
+    failures = [record for record in caplog.records if "duty of the lease" in record.getMessage()]
+    if reachable:
+        assert failures and all(record.exc_info and record.levelname == "ERROR" for record in failures)
+        assert "KeyError: 'a bug in the duty'" in caplog.text
+        assert election.terms == 1  # the renewal after each failure kept the lease
+    else:
+        assert [record.getMessage() for record in failures] == [
+            "Could not do the duty of the lease 'job': ConnectionError: Connection closed by server."]
+        assert not any(record.exc_info for record in caplog.records)
+        assert "Traceback" not in caplog.text
+
+
 @pytest.mark.parametrize(("name", "ttl"), [("has space", 1.0), ("", 1.0), ("ok", 0), ("ok", float("inf")),
                                            ("ok", True)])
 def test_a_bad_lease_name_or_ttl_is_refused(name: str, ttl: float) -> None:

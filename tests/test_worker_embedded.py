@@ -256,7 +256,7 @@ def test_bad_options_and_unimportable_apps_stop_before_anything_starts(tmp_path,
     for args, expected in [
         (["-A", "apps.nothere"], "cannot import the app module 'apps.nothere'"),
         (["-A", "apps.basic:nothing"], "apps.basic:nothing is not an App"),
-        (["-A", "apps.basic", "-c", "-3"], "--concurrency must be greater than 0"),
+        (["-A", "apps.basic", "-c", "-3"], "--concurrency must be 0 or more, or auto (got -3)"),
         (["-A", "apps.basic", "--prefetch-multiplier", "0"], "--prefetch-multiplier must be greater than 0"),
         (["-A", "apps.basic", "-b", "nope"], "has no scheme"),
         ([], "needs the app"),

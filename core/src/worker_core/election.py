@@ -178,10 +178,29 @@ class Election:
         deadline = self._confirmed + self.renew_every
         try:
             wanted = self.duty(self.lease, token, deadline)
-        except Exception:
-            logger.exception("The duty of the lease %r failed", self.lease.name)
+        except Exception as exc:
+            self._duty_failed(exc)
             wanted = self.retry
         return max(0.0, min(wanted, deadline - time.monotonic()))
+
+    def _duty_failed(self, exc: Exception) -> None:
+        """A duty that failed because the broker cannot be reached (a renewal right after it
+        fails too) is one warning line, as a failed renewal is; any other failure is a bug of the
+        duty, logged with its traceback."""
+        now = time.monotonic()
+        try:
+            held = self.lease.renew()
+        except Exception as broker:
+            self._broker_error("do the duty of", exc)
+            self._broker_error("renew", broker)
+            return
+        self.last_error = None
+        logger.error("The duty of the lease %r failed", self.lease.name, exc_info=exc)
+        if held:
+            self._confirmed = now
+        else:
+            logger.warning("Lost the lease %r (another holder has it, or it lapsed)", self.lease.name)
+            self._set_leading(False)
 
     def _set_leading(self, leading: bool) -> None:
         if leading == self._leading:

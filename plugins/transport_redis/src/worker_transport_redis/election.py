@@ -25,6 +25,8 @@ from worker_core.election import check_lease
 from worker_core.exceptions import LeaseLost
 from worker_core.slots import LeaseState
 
+from . import internals
+
 if TYPE_CHECKING:
     from worker_core.slots import Lease, RecordTable, SendsOnce
 
@@ -114,7 +116,7 @@ class LeaseChannel(kombu_redis.Channel):  # type: ignore[misc]
         if keeping is None:
             super()._put(queue, message, **kwargs)
             return
-        name = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        name = internals.priority_list(self, queue, message)
         keeping.pushes.append((self.global_keyprefix + name, dumps(message)))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], routing_key: str, **kwargs: Any) -> None:

@@ -42,6 +42,9 @@ on_poll_start``                                     replaced by one that adds on
                                                     politely; the channels close without restoring
                                                     what the worker keeps (if kombu stopped calling
                                                     it, they would be restored, as by kombu)
+``Channel._q_for_pri(self, queue, pri)``,           the list a message sent once is pushed onto by
+``Channel._get_message_priority(...)``              the lease's script, named as kombu's ``_put``
+                                                    names it (:func:`priority_list`)
 **the result wait outside the subscriber's lock** (``listener``)
 redis-py ``Connection._sock``                       the subscriber's socket, waited on outside the lock
 ==================================================  ==================================================
@@ -70,7 +73,7 @@ from worker_core.fastpaths import Check, FastPath, FastPaths, Library, reads, si
 
 __all__ = ["KOMBU", "PATHS", "REDIS", "FetchHooks", "brpop_socket", "channels_of", "current", "deliverer",
            "envelope_of", "flush_reauth", "forget", "has_consumers", "in_protected_read", "kombus_poll_start",
-           "new_client", "paused", "queue_cycle", "restore_message", "send_brpop",
+           "new_client", "paused", "priority_list", "queue_cycle", "restore_message", "send_brpop",
            "set_waiting", "socket_of", "waiting"]
 
 logger = logging.getLogger(__name__)
@@ -219,6 +222,13 @@ def envelope_of(message: Any) -> Any:
     if isinstance(message, Parked):
         return message.unpacked
     return message._raw
+
+
+def priority_list(channel: Any, queue: str, message: Any) -> str:
+    """The Redis list kombu's ``_put`` pushes ``message`` onto: ``queue``, or its list for the
+    message's priority."""
+    name: str = channel._q_for_pri(queue, channel._get_message_priority(message, reverse=False))
+    return name
 
 
 def replace_delivered(qos: Any, delivery_tag: str, stand_in: Any) -> None:
