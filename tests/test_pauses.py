@@ -159,6 +159,10 @@ def test_copies_that_come_back_to_the_worker_that_ran_them_are_dropped(workers, 
     assert basic.runs(REDIS_TEST_URL, key) == dict.fromkeys(range(8), 1)
     log = worker.log()
     assert log.count("Lost the leases of 8 message(s)") == 1
-    # each copy of a task that ran (or ran on) is dropped, with one line each
+    # each of the eight copies is dropped with one line or is the one run of its task: the four
+    # that ran (or ran on) are dropped; of the four not started, a copy that arrives before the
+    # worker let go of the message it holds is dropped too (that message runs instead), the
+    # others run
     dropped = log.count("the copy is dropped")
-    assert dropped == 4, log
+    run_again = log.count(" received") - 8
+    assert dropped >= 4 and dropped + run_again == 8, log
