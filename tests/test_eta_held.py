@@ -16,11 +16,10 @@ import kombu
 import pytest
 from apps import basic
 from conftest import delete_queue
-from workers import TESTS, wait_for
+from workers import TESTS, ask, wait_for
 
 from worker_core import App
 from worker_core.consumer.eta import HeldTask
-from worker_core.control.client import broadcast
 from worker_core.protocol import decode_task, task_message
 from worker_core.request import Request
 from worker_core.transports.message import Message as VirtualMessage
@@ -43,11 +42,6 @@ def queue(broker: str) -> str:
     name = f"eta-{uuid.uuid4().hex[:8]}"
     yield name
     delete_queue(broker, name)
-
-
-def _ask(worker_name: str, command: str, **arguments: object) -> object:
-    [reply] = broadcast(basic.app, command, arguments, destination=[worker_name], timeout=5, limit=1)
-    return reply[worker_name]
 
 
 def _ready(broker: str, queue: str) -> int:
@@ -73,11 +67,11 @@ def test_worker_eta_task_limit_holds_that_many_and_the_rest_wait_in_the_broker(w
     worker, name = _start(workers, broker, queue, limit=3)
     for n in range(8):
         basic.record.apply_async((str(proof), n), countdown=3, queue=queue)
-    wait_for(lambda: len(_ask(name, "scheduled")) == 3, message="three tasks held")  # type: ignore[arg-type]
-    time.sleep(0.5)  # room for a worker past its limit to take more (it must not)
-    assert len(_ask(name, "scheduled")) == 3  # type: ignore[arg-type]
+    wait_for(lambda: len(ask(basic.app, "scheduled", worker=name)) == 3, message="three tasks held")  # type: ignore[arg-type]
+    time.sleep(0.5)  # a negative: room for a worker past its limit to take more (it must not)
+    assert len(ask(basic.app, "scheduled", worker=name)) == 3  # type: ignore[arg-type]
     assert _ready(broker, queue) == 5
-    assert _ask(name, "stats")["prefetch_count"] == 3  # type: ignore[index]
+    assert ask(basic.app, "stats", worker=name)["prefetch_count"] == 3  # type: ignore[index]
     # the held ones come due and run; the room they free brings the rest, each run once
     wait_for(lambda: len(basic.lines(proof)) >= 8, timeout=20, message="the eight tasks to run")
     assert sorted(basic.lines(proof), key=int) == [str(n) for n in range(8)]
@@ -93,9 +87,9 @@ def test_a_backlog_of_countdown_tasks_is_taken_without_waiting_on_the_loop_timer
     worker, name = _start(workers, broker, queue)
     for n in range(400):
         basic.add.apply_async((n, n), countdown=60, queue=queue)
-    wait_for(lambda: _ask(name, "stats")["prefetch_count"] == 401,  # type: ignore[index]
+    wait_for(lambda: ask(basic.app, "stats", worker=name)["prefetch_count"] == 401,  # type: ignore[index]
              timeout=15, interval=0.2, message="the 400 tasks held")
-    assert len(_ask(name, "scheduled")) == 400  # type: ignore[arg-type]
+    assert len(ask(basic.app, "scheduled", worker=name)) == 400  # type: ignore[arg-type]
     assert _ready(broker, queue) == 0
     worker.stop()
 
@@ -108,21 +102,22 @@ def test_held_tasks_are_listed_by_inspect_scheduled_revoked_at_once_and_expire(w
             for n in range(2)]
     revoked = basic.record.apply_async((str(proof), "revoked"), countdown=3, queue=queue)
     expired = basic.record.apply_async((str(proof), "expired"), countdown=2, expires=1, queue=queue)
-    wait_for(lambda: len(_ask(name, "scheduled")) == 4, message="four tasks held")  # type: ignore[arg-type]
-    listed = {entry["request"]["id"]: entry for entry in _ask(name, "scheduled")}  # type: ignore[union-attr]
+    wait_for(lambda: len(ask(basic.app, "scheduled", worker=name)) == 4, message="four tasks held")  # type: ignore[arg-type]
+    listed = {entry["request"]["id"]: entry for entry in ask(basic.app, "scheduled", worker=name)}  # type: ignore[union-attr]
     entry = listed[kept[0].id]
     assert entry["request"]["args"] == [str(proof), "kept-0"] and entry["request"]["kwargs"] == {}
     assert entry["request"]["name"] == "apps.basic.record" and entry["request"]["acknowledged"] is False
     assert entry["request"]["delivery_info"]["routing_key"] == queue and entry["eta"].startswith("20")
-    assert _ask(name, "query_task", ids=[revoked.id])[revoked.id][0] == "scheduled"  # type: ignore[index]
-    assert _ask(name, "revoke", task_id=revoked.id) == {"ok": f"tasks { {revoked.id} } flagged as revoked"}
+    assert ask(basic.app, "query_task", worker=name, ids=[revoked.id])[revoked.id][0] == "scheduled"  # type: ignore[index]
+    assert ask(basic.app, "revoke", worker=name, task_id=revoked.id) == {
+        "ok": f"tasks { {revoked.id} } flagged as revoked"}
     worker.wait_log(f"Discarding revoked task: apps.basic.record[{revoked.id}] (revoked)")
-    assert sorted(e["request"]["id"] for e in _ask(name, "scheduled")) == sorted(  # type: ignore[union-attr]
+    assert sorted(e["request"]["id"] for e in ask(basic.app, "scheduled", worker=name)) == sorted(  # type: ignore[union-attr]
         [kept[0].id, kept[1].id, expired.id])
     worker.wait_log(f"Discarding revoked task: apps.basic.record[{expired.id}] (expired)", timeout=10)
     wait_for(lambda: len(basic.lines(proof)) >= 2, timeout=10, message="the kept tasks to run")
-    assert _ask(name, "scheduled") == []
-    assert _ask(name, "stats")["prefetch_count"] == 1  # type: ignore[index]  # every slot given back
+    assert ask(basic.app, "scheduled", worker=name) == []
+    assert ask(basic.app, "stats", worker=name)["prefetch_count"] == 1  # type: ignore[index]  # every slot given back
     worker.stop()
     assert sorted(basic.lines(proof)) == ["kept-0", "kept-1"]
 

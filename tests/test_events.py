@@ -9,9 +9,7 @@ import pytest
 from apps import basic
 from conftest import REDIS_TEST_URL
 from event_listener import Listener
-from workers import TESTS, WorkerProcess
-
-from worker_core.control.client import broadcast
+from workers import TESTS, WorkerProcess, ask
 
 
 @pytest.fixture
@@ -19,12 +17,6 @@ def listener(redis_url):
     listener = Listener(redis_url)
     yield listener
     listener.close()
-
-
-def _ask(command: str, **arguments) -> object:
-    [reply] = broadcast(basic.app, command, arguments, timeout=5, limit=1)
-    [answer] = reply.values()
-    return answer
 
 
 @pytest.fixture
@@ -47,8 +39,8 @@ def test_heartbeats_by_default_and_task_events_once_enabled(workers, listener, a
     assert first.content_type == "application/json" and first.headers == {"hostname": name}
 
     assert basic.add.delay(1, 1).get(timeout=20) == 2  # no task events without -E
-    assert _ask("enable_events") == {"ok": "task events enabled"}
-    assert _ask("enable_events") == {"ok": "task events already enabled"}
+    assert ask(basic.app, "enable_events") == {"ok": "task events enabled"}
+    assert ask(basic.app, "enable_events") == {"ok": "task events already enabled"}
     result = basic.add.delay(2, 2)
     assert result.get(timeout=20) == 4
     listener.until(lambda: listener.events("task-succeeded"))
@@ -59,10 +51,10 @@ def test_heartbeats_by_default_and_task_events_once_enabled(workers, listener, a
     assert tasks[2]["result"] == "4" and tasks[2]["runtime"] >= 0
     assert worker.log().count("Events of group {task} enabled by remote") == 1
 
-    assert _ask("disable_events") == {"ok": "task events disabled"}
+    assert ask(basic.app, "disable_events") == {"ok": "task events disabled"}
     assert basic.add.delay(3, 3).get(timeout=20) == 6
     beats = len(listener.events("worker-heartbeat"))
-    assert _ask("heartbeat") is None  # sends one now, answers nothing
+    assert ask(basic.app, "heartbeat") is None  # sends one now, answers nothing
     listener.until(lambda: len(listener.events("worker-heartbeat")) > beats)
     assert len([e for e in listener.events() if e["type"].startswith("task-")]) == 3
     worker.stop()

@@ -15,11 +15,12 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from workers import wait_for
 
 from worker_core.exceptions import ConfigurationError, PoolError, TimeLimitExceeded, WorkerLostError
 from worker_core.slots import PoolOptions
@@ -45,14 +46,6 @@ def child_pids() -> set[int]:
     return pids
 
 
-def wait_for(condition: Callable[[], object], message: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(message)
-        time.sleep(0.01)
-
-
 def resident_kib() -> int:
     return int(Path("/proc/self/statm").read_text().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
 
@@ -75,7 +68,7 @@ def ignore_sigterm_then_sleep(ready: str, seconds: float) -> float:
     """
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     Path(ready).touch()
-    time.sleep(seconds)
+    time.sleep(seconds)  # the job itself: a long task
     return seconds
 
 
@@ -116,7 +109,7 @@ def test_killed_child_fails_its_job_with_worker_lost_and_is_replaced(
         assert re.search(rf"Process 'ForkPoolWorker-\d+' pid:{victim} exited with 'signal 9 \(SIGKILL\)'",
                          caplog.text)
         wait_for(lambda: len(processes(runner)) == 2 and victim not in processes(runner),
-                 "the killed child was not replaced")
+                 message="the killed child to be replaced")
         assert runner.submit(jobs.add, (1, 2)).wait().result == 3
         runner.stop()
 
@@ -126,7 +119,7 @@ def test_jobs_queued_behind_a_killed_child_run_elsewhere(release: str) -> None:
         long = runner.submit(jobs.wait_for_path, (release,)).wait_accepted()
         quick = runner.submit(jobs.add, (1, 1)).wait()
         queued = runner.submit(jobs.add, (2, 2))  # round-robin: written behind the long job
-        time.sleep(0.1)
+        time.sleep(0.1)  # a negative: a while in which the queued job would run, were it not stuck
         assert not queued.done.is_set()
         os.kill(long.pid, signal.SIGKILL)
         assert isinstance(long.wait().error, WorkerLostError)
@@ -153,7 +146,7 @@ def test_terminate_job_kills_a_child_that_outlives_its_sigterm(driver: str, tmp_
     ready = tmp_path / "ignoring"
     with run_pool(PoolOptions(concurrency=1), driver) as runner:
         probe = runner.submit(ignore_sigterm_then_sleep, (str(ready), 30.0)).wait_accepted()
-        wait_for(ready.exists, "the task did not start ignoring SIGTERM")
+        wait_for(ready.exists, message="the task to ignore SIGTERM")
         started = time.monotonic()
         runner.call(runner.pool.terminate_job, probe.pid)
         error = probe.wait().error
@@ -191,7 +184,7 @@ def test_children_die_with_their_parent() -> None:
         pool = PreforkPool(PoolOptions(concurrency=2))
         pool.start()
         print(" ".join(str(pid) for pid in pool.info()["processes"]), flush=True)
-        time.sleep(60)
+        time.sleep(60)  # the parent lives on until the test kills it
     """)
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     children: list[int] = []
@@ -209,8 +202,8 @@ def test_children_die_with_their_parent() -> None:
                 return True
             return state == "Z"  # dead, waiting for init to reap it
 
-        wait_for(lambda: all(gone(pid) for pid in children), f"children {children} outlived their parent",
-                 5.0)
+        wait_for(lambda: all(gone(pid) for pid in children), 5.0,
+                 message=f"children {children} to exit with their parent")
     finally:
         if parent.poll() is None:
             parent.kill()
@@ -244,7 +237,7 @@ def test_hard_time_limit_kills_and_replaces_the_child(driver: str) -> None:
         assert isinstance(probe.error, TimeLimitExceeded)
         assert probe.timeouts() == [(True, 0.1), (False, 0.4)]
         victim = probe.pid
-        wait_for(lambda: victim not in child_pids(), "the timed-out child was not killed")
+        wait_for(lambda: victim not in child_pids(), message="the timed-out child to be killed")
         after = runner.submit(jobs.sleep, (0.05,), timeout=5.0).wait()  # per-job limit overrides the pool's
         assert after.result == 0.05 and after.pid != victim
         runner.stop()
@@ -351,7 +344,8 @@ def test_fcfs_scheduling_queues_jobs_behind_a_busy_child(release: str) -> None:
     with run_pool(PoolOptions(concurrency=2, scheduling="fcfs"), "thread") as runner:
         long = runner.submit(jobs.wait_for_path, (release,)).wait_accepted()
         short = [runner.submit(jobs.add, (index, 1)) for index in range(6)]
-        wait_for(lambda: sum(probe.done.is_set() for probe in short) >= 3, "the idle child ran no job")
+        wait_for(lambda: sum(probe.done.is_set() for probe in short) >= 3,
+                 message="the idle child to run jobs")
         time.sleep(0.2)  # time enough for the idle child to take more, were any written to it
         waiting = [probe for probe in short if not probe.done.is_set()]
         assert len(waiting) == 3  # every other job went to the busy child
@@ -397,7 +391,7 @@ def test_grow_and_shrink_under_load(driver: str, release: str) -> None:
         assert {probe.pid for probe in extra}.isdisjoint({probe.pid for probe in held})
         runner.call(pool.shrink, 2)
         assert runner.call(lambda: pool.num_processes) == 2
-        wait_for(lambda: len(processes(runner)) == 2, "the shrunk children did not exit")
+        wait_for(lambda: len(processes(runner)) == 2, message="the shrunk children to exit")
         assert sorted(processes(runner)) == sorted(probe.pid for probe in held)
         Path(release).touch()
         for probe in held:
@@ -452,16 +446,20 @@ def test_a_child_forked_by_the_pool_thread_survives_the_switch_to_the_hub() -> N
         pool.start()
         first = pool.info()["processes"][0]
         os.kill(first, signal.SIGKILL)
-        wait_for(lambda: pool.info()["processes"] not in ([], [first]), "the killed child was not replaced")
+        wait_for(lambda: pool.info()["processes"] not in ([], [first]),
+                 message="the killed child to be replaced")
         replacement = pool.info()["processes"][0]
         pool.register_with_event_loop(hub)
-        time.sleep(0.2)
+        time.sleep(0.2)  # a negative: time for the child to die with the pool's thread, were it to
         assert os.waitpid(replacement, os.WNOHANG) == (0, 0)  # alive, not SIGKILLed
         done: list[object] = []
         pool.apply_async(jobs.add, (2, 2), callback=done.append)
-        deadline = time.monotonic() + 10
-        while not done and time.monotonic() < deadline:
+
+        def answered() -> list[object]:
             hub.run_once()
+            return done
+
+        wait_for(answered, interval=0, message="the job's result through the hub")
         assert done == [4]
     finally:
         pool.terminate()
@@ -477,7 +475,7 @@ def test_failing_initializer_reports_a_bad_start_without_a_fork_storm(
         pool = runner.pool
         assert isinstance(pool, PreforkPool)
         assert pool.did_start_ok() is False
-        time.sleep(1.5)
+        time.sleep(1.5)  # the behaviour under test: how many forks 1.5 s of failing starts make
         assert pool.forks <= 8, f"{pool.forks} forks in 1.5s: restarts are not backing off"
         assert "database unreachable (test)" in caplog.text
         assert "next fork in" in caplog.text
@@ -499,7 +497,7 @@ def test_warm_stop_fails_queued_jobs_when_children_never_start() -> None:
 
 def test_start_gives_up_waiting_for_a_stuck_initializer() -> None:
     def stuck() -> None:
-        time.sleep(30)
+        time.sleep(30)  # the initializer under test: stuck
 
     with run_pool(PoolOptions(concurrency=1, initializer=stuck), "thread", start_timeout=0.3) as runner:
         assert runner.pool.did_start_ok() is False

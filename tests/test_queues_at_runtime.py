@@ -5,16 +5,9 @@ from __future__ import annotations
 
 import pytest
 from apps import basic
-from workers import TESTS
+from workers import TESTS, ask
 
-from worker_core.control.client import broadcast
 from worker_core.exceptions import ResultTimeout
-
-
-def _ask(command: str, **arguments) -> object:
-    [reply] = broadcast(basic.app, command, arguments, timeout=5, limit=1)
-    [answer] = reply.values()
-    return answer
 
 
 @pytest.mark.parametrize("pool", ["solo", "prefork"])
@@ -23,17 +16,17 @@ def test_add_and_cancel_consumer_change_the_queues_consumed(workers, embedded_br
     later = basic.add.apply_async((1, 2), queue="second")
     with pytest.raises(ResultTimeout):
         later.get(timeout=0.5)
-    assert _ask("add_consumer", queue="second") == {"ok": "add consumer second"}
+    assert ask(basic.app, "add_consumer", queue="second") == {"ok": "add consumer second"}
     assert later.get(timeout=20) == 3
-    assert _ask("add_consumer", queue="second") == {"ok": "already consuming from 'second'"}
-    assert [q["name"] for q in _ask("active_queues")] == ["first", "second"]
-    assert _ask("cancel_consumer", queue="first") == {"ok": "no longer consuming from first"}
+    assert ask(basic.app, "add_consumer", queue="second") == {"ok": "already consuming from 'second'"}
+    assert [q["name"] for q in ask(basic.app, "active_queues")] == ["first", "second"]
+    assert ask(basic.app, "cancel_consumer", queue="first") == {"ok": "no longer consuming from first"}
     waiting = basic.add.apply_async((2, 2), queue="first")
     assert basic.add.apply_async((3, 3), queue="second").get(timeout=20) == 6
     with pytest.raises(ResultTimeout):
         waiting.get(timeout=0.5)
-    assert [q["name"] for q in _ask("active_queues")] == ["second"]
-    assert _ask("add_consumer", queue="first") == {"ok": "add consumer first"}
+    assert [q["name"] for q in ask(basic.app, "active_queues")] == ["second"]
+    assert ask(basic.app, "add_consumer", queue="first") == {"ok": "add consumer first"}
     assert waiting.get(timeout=20) == 4
 
 
@@ -48,6 +41,6 @@ def test_add_and_cancel_consumer_change_the_queues_consumed(workers, embedded_br
 def test_bad_queue_commands_get_an_error_and_change_nothing(workers, embedded_broker, command, arguments,
                                                             error):
     workers.start("-Q", "first", broker=embedded_broker, env={"PYTHONPATH": str(TESTS)})
-    answer = _ask(command, **arguments)
+    answer = ask(basic.app, command, **arguments)
     assert isinstance(answer, dict) and answer["error"].startswith(error)
-    assert [q["name"] for q in _ask("active_queues")] == ["first"]
+    assert [q["name"] for q in ask(basic.app, "active_queues")] == ["first"]

@@ -6,10 +6,9 @@ import time
 
 import pytest
 from apps import basic
-from workers import TESTS
+from workers import TESTS, ask
 
 from worker_core import App
-from worker_core.control.client import broadcast
 from worker_core.exceptions import ConfigurationError, TaskRevokedError
 from worker_core.rates import parse_rate
 
@@ -29,12 +28,6 @@ def test_a_bad_rate_is_refused_with_what_to_write(given):
     app = App("rates")
     with pytest.raises(ConfigurationError, match=r"@app\.task for 'test_rate_limit\.<lambda>': rate_limit: "):
         app.task(rate_limit=given)(lambda: None)
-
-
-def _ask(command: str, **arguments) -> object:
-    [reply] = broadcast(basic.app, command, arguments, timeout=5, limit=1)
-    [answer] = reply.values()
-    return answer
 
 
 @pytest.fixture
@@ -61,24 +54,25 @@ def test_rate_limits_can_be_switched_off_for_the_worker(start):
     results = [basic.limited.delay() for _ in range(6)]
     starts = sorted(result.get(timeout=30) for result in results)
     assert starts[-1] - starts[0] < 0.5
-    assert _ask("rate_limit", task_name="apps.basic.limited", rate_limit="1/s") == {
+    assert ask(basic.app, "rate_limit", task_name="apps.basic.limited", rate_limit="1/s") == {
         "error": "rate limits are disabled on this worker (worker_disable_rate_limits)"}
 
 
 def test_the_rate_limit_command_changes_and_lifts_a_limit_and_waiting_tasks_follow(start):
     start("threads")
-    assert _ask("rate_limit", task_name="apps.basic.limited", rate_limit="1/m") == {
+    assert ask(basic.app, "rate_limit", task_name="apps.basic.limited", rate_limit="1/m") == {
         "ok": "new rate limit set successfully"}
     results = [basic.limited.delay() for _ in range(4)]
     assert results[0].get(timeout=20)  # the bucket's one token; the others wait a minute each
-    time.sleep(0.3)
+    time.sleep(0.3)  # a negative: a while in which a task with no token would run, were it let
     assert not any(result.ready() for result in results[1:])
     revoked = results[3]
-    assert _ask("revoke", task_id=revoked.id) == {"ok": f"tasks { {revoked.id} } flagged as revoked"}
+    assert ask(basic.app, "revoke", task_id=revoked.id) == {
+        "ok": f"tasks { {revoked.id} } flagged as revoked"}
     with pytest.raises(TaskRevokedError):  # discarded while it waited for a token
         revoked.get(timeout=10)
     lifted = time.monotonic()
-    assert _ask("rate_limit", task_name="apps.basic.limited", rate_limit="0") == {
+    assert ask(basic.app, "rate_limit", task_name="apps.basic.limited", rate_limit="0") == {
         "ok": "rate limit disabled successfully"}
     assert all(result.get(timeout=10) for result in results[1:3])
     assert time.monotonic() - lifted < 5
@@ -92,5 +86,5 @@ def test_the_rate_limit_command_changes_and_lifts_a_limit_and_waiting_tasks_foll
 ])
 def test_bad_rate_limit_commands_get_an_error(start, arguments, error):
     start("solo")
-    answer = _ask("rate_limit", **arguments)
+    answer = ask(basic.app, "rate_limit", **arguments)
     assert isinstance(answer, dict) and answer["error"].startswith(error)

@@ -9,7 +9,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 
@@ -17,7 +16,7 @@ import kombu
 import pytest
 from apps import basic
 from conftest import AMQP_TEST_URL, delete_queue, empty_redis, redis_db, require_server
-from workers import TESTS
+from workers import TESTS, ask, drain
 
 from worker_core.app.broker import connection_for
 from worker_core.control.client import broadcast
@@ -97,12 +96,6 @@ def _start(workers, broker: str, queue: str, name: str, *args: str, env: dict[st
                          pool=pool, env={"PYTHONPATH": str(TESTS), **(env or {})})
 
 
-def _ask(app, name: str, command: str, sender: str | None = None, **arguments) -> object:
-    replies = broadcast(app, command, arguments, destination=[name], timeout=5, sender=sender)
-    assert len(replies) == 1, f"{command}: {replies!r}"
-    return replies[0][name]
-
-
 def _control_queue_exists(broker: str, name: str) -> bool:
     """Whether the broker holds ``<name>.celery.pidbox`` (on Redis: its binding to the exchange)."""
     queue = f"{name}.celery.pidbox"
@@ -130,23 +123,16 @@ def _control_queue_exists(broker: str, name: str) -> bool:
         return True
 
 
-def _heartbeats_from(url: str, name: str) -> bool:
-    """Whether a worker-heartbeat of ``name`` arrives on Redis's ``celeryev`` fanout."""
+def _wait_for_heartbeat(url: str, name: str) -> None:
+    """Wait for a worker-heartbeat of ``name`` on Redis's ``celeryev`` fanout."""
     seen: list[dict] = []
     with kombu.Connection(url) as connection:
         queue = kombu.Queue("", kombu.Exchange("celeryev", type="fanout"), routing_key="#", exclusive=True,
                             auto_delete=True)  # every event type
         with kombu.Consumer(connection, [queue], accept=["json"],
                             callbacks=[lambda body, message: seen.append(body)]):
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                try:
-                    connection.drain_events(timeout=0.2)
-                except TimeoutError:
-                    pass
-                if any(e.get("type") == "worker-heartbeat" and e.get("hostname") == name for e in seen):
-                    return True
-    return False
+            drain(connection, lambda: any(e.get("type") == "worker-heartbeat" and e.get("hostname") == name
+                                          for e in seen), message=f"a heartbeat of {name}")
 
 
 # -- remote control off -------------------------------------------------------------------------
@@ -169,7 +155,7 @@ def test_remote_control_off_answers_no_client_and_declares_no_control_queue(
     assert result.get(timeout=20) == 5
     quiet.wait_log(f"apps.basic.add[{result.id}] succeeded")
     if broker.startswith("redis"):
-        assert _heartbeats_from(broker, off)  # events still go out
+        _wait_for_heartbeat(broker, off)  # events still go out
 
 
 def _environment() -> dict[str, str]:
@@ -203,25 +189,26 @@ def test_an_allow_list_answers_what_it_names_and_refuses_the_rest_naming_the_sen
     _start(workers, broker, queue, changers, env=_allow("control"))
     reading.wait_log("Remote control answers only inspect, rate_limit (worker_remote_control_allow)")
 
-    assert _ask(client, readers, "ping") == {"ok": "pong"}
-    assert _ask(client, readers, "stats")["hostname"] == readers  # read-only: in the inspect group
-    assert _ask(client, readers, "rate_limit", task_name="apps.basic.add", rate_limit="10/m") == {
+    assert ask(client, "ping", worker=readers) == {"ok": "pong"}
+    assert ask(client, "stats", worker=readers)["hostname"] == readers  # read-only: in the inspect group
+    assert ask(client, "rate_limit", worker=readers, task_name="apps.basic.add", rate_limit="10/m") == {
         "ok": "new rate limit set successfully"}
-    refused = _ask(client, readers, "shutdown", sender="ops-alice@console")
+    refused = ask(client, "shutdown", worker=readers, sender="ops-alice@console")
     assert refused == {"error": "remote control command 'shutdown' is not allowed on this worker: "
                                 "worker_remote_control_allow allows only inspect, rate_limit; add 'shutdown' "
                                 "(or 'control') to it on the worker to allow it"}
     reading.wait_log("Refused remote control command shutdown {} (sender ops-alice@console): "
                      "worker_remote_control_allow does not allow it")
     assert "Got shutdown from remote" not in reading.log() and reading.process.poll() is None
-    assert "time_limit" in _ask(client, readers, "time_limit", task_name="apps.basic.add", soft=1)["error"]
+    refused = ask(client, "time_limit", worker=readers, task_name="apps.basic.add", soft=1)
+    assert "time_limit" in refused["error"]
     reading.wait_log("Refused remote control command time_limit {'soft': 1, 'task_name': 'apps.basic.add'} "
                      f"(sender {origin_name()})")
 
-    assert "not allowed" in _ask(client, changers, "ping")["error"]
-    assert "not allowed" in _ask(client, changers, "active_queues")["error"]
-    assert _ask(client, changers, "enable_events") == {"ok": "task events enabled"}
-    assert _ask(client, changers, "disable_events") == {"ok": "task events disabled"}
+    assert "not allowed" in ask(client, "ping", worker=changers)["error"]
+    assert "not allowed" in ask(client, "active_queues", worker=changers)["error"]
+    assert ask(client, "enable_events", worker=changers) == {"ok": "task events enabled"}
+    assert ask(client, "disable_events", worker=changers) == {"ok": "task events disabled"}
 
 
 @pytest.mark.parametrize("broker", ["embedded"], indirect=True)
@@ -257,9 +244,10 @@ def test_a_plugins_command_can_be_allowed_by_name_and_is_audited(workers, broker
     environment = {"PYTHONPATH": f"{site.root}:{TESTS}"}
     name = _node("extra")
     worker = _start(workers, broker, queue, name, env={**environment, **_allow("inspect,flush_cache")})
-    assert _ask(client, name, "flush_cache", sender="ops-alice@console", region="eu") == {"ok": "flushed"}
+    flushed = ask(client, "flush_cache", worker=name, sender="ops-alice@console", region="eu")
+    assert flushed == {"ok": "flushed"}
     worker.wait_log("Remote control: flush_cache {'region': 'eu'} (sender ops-alice@console)")
-    assert "not allowed" in _ask(client, name, "add_consumer", queue="more")["error"]
+    assert "not allowed" in ask(client, "add_consumer", worker=name, queue="more")["error"]
     typo = _start(workers, broker, queue, _node("typo"), env={**environment, **_allow("flush_cach")},
                   ready=False)
     assert typo.process.wait(timeout=30) == 2
@@ -291,7 +279,7 @@ def test_routine_commands_are_logged_at_debug(workers, broker, client, queue):
     worker = _start(workers, broker, queue, name, "-l", "DEBUG")
     sender = origin_name()
     for command in ("enable_events", "ping"):
-        _ask(client, name, command)
+        ask(client, command, worker=name)
         worker.wait_log(f"DEBUG/MainProcess] Remote control: {command} {{}} (sender {sender})")
 
 
@@ -301,18 +289,18 @@ def test_every_command_that_changes_the_worker_is_logged_with_its_sender(workers
     worker = _start(workers, broker, queue, name)
     sender = origin_name()
     for command, arguments, shown in CHANGES:
-        _ask(client, name, command, **arguments)
+        ask(client, command, worker=name, **arguments)
         worker.wait_log(f"INFO/MainProcess] Remote control: {command} {shown} (sender {sender})")
-    _ask(client, name, "revoke", sender="ops-alice@console", task_id="a1")
+    ask(client, "revoke", worker=name, sender="ops-alice@console", task_id="a1")
     worker.wait_log("Remote control: revoke {'task_id': 'a1'} (sender ops-alice@console)")
     # what monitors send every few seconds (Flower: enable_events) and what only reads: DEBUG
     quiet = ("enable_events", "disable_events", "heartbeat", "ping", "stats", "active_queues", "conf",
              "registered")
     for command in quiet:
-        _ask(client, name, command)
+        ask(client, command, worker=name)
     assert not [c for c in quiet if f"Remote control: {c} " in worker.log()]
 
-    assert _ask(client, name, "shutdown") == {"ok": "shutting down"}
+    assert ask(client, "shutdown", worker=name) == {"ok": "shutting down"}
     assert worker.process.wait(timeout=30) == 0
     log = worker.log()
     assert f"WARNING/MainProcess] Got shutdown from remote (sender {sender})\n" in log
@@ -326,9 +314,9 @@ def test_a_second_remote_shutdown_does_not_turn_the_warm_shutdown_cold(workers, 
     worker = _start(workers, broker, queue, name, pool="threads")  # the loop answers while a task runs
     running = client.send_task("apps.basic.sleep", (3,), queue=queue)
     worker.wait_log(f"apps.basic.sleep[{running.id}] received")
-    assert _ask(client, name, "shutdown") == {"ok": "shutting down"}
+    assert ask(client, "shutdown", worker=name) == {"ok": "shutting down"}
     worker.wait_log("Warm shutdown: waiting for 1 running task(s)")
-    assert _ask(client, name, "shutdown") == {"ok": "already shutting down"}
+    assert ask(client, "shutdown", worker=name) == {"ok": "already shutting down"}
     assert worker.process.wait(timeout=30) == 0
     assert "Cold shutdown" not in worker.log()
     assert f"apps.basic.sleep[{running.id}] succeeded" in worker.log()
@@ -363,8 +351,8 @@ def test_celerys_client_is_answered_refused_and_logged_as_a_sender_that_did_not_
 def test_celerys_worker_answers_our_client_that_names_itself(workers, broker, queue, client):
     theirs = workers.start_celery("-Q", queue, broker=broker, backend=REDIS_URL)
     name = next(arg for arg in theirs.args if arg.startswith("celery-"))
-    assert _ask(client, name, "ping") == {"ok": "pong"}
-    assert _ask(client, name, "rate_limit", task_name="apps.basic.add", rate_limit="5/s") == {
+    assert ask(client, "ping", worker=name) == {"ok": "pong"}
+    assert ask(client, "rate_limit", worker=name, task_name="apps.basic.add", rate_limit="5/s") == {
         "ok": "new rate limit set successfully"}
     assert client.send_task("apps.basic.add", (4, 4), queue=queue).get(timeout=20) == 8
     assert "Control command error" not in theirs.log() and "No such control command" not in theirs.log()
@@ -398,5 +386,5 @@ def test_malformed_control_messages_and_senders_never_stop_the_worker(workers, b
     assert "(sender 'evil\\n[2026-01-01 00:00:00,000: WARNING/MainProcess] forged')" in log
     assert "\n[2026-01-01 00:00:00,000" not in log
     assert log.count("Rejected control message") == 4
-    assert _ask(client, name, "ping") == {"ok": "pong"}
+    assert ask(client, "ping", worker=name) == {"ok": "pong"}
     assert worker.process.poll() is None

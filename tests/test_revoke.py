@@ -12,9 +12,8 @@ import uuid
 
 import pytest
 from apps import basic
-from workers import TESTS, children_of, wait_for
+from workers import TESTS, ask, children_of, wait_for
 
-from worker_core.control.client import broadcast
 from worker_core.control.commands import signal_number
 from worker_core.exceptions import TaskRevokedError
 from worker_core.revoked import RevokedIds
@@ -51,12 +50,6 @@ def test_a_bad_signal_is_refused_with_what_to_give(given):
         signal_number(given)
 
 
-def _ask(command: str, **arguments) -> object:
-    [reply] = broadcast(basic.app, command, arguments, timeout=5, limit=1)
-    [answer] = reply.values()
-    return answer
-
-
 def _received(worker, result) -> None:
     wait_for(lambda: f"[{result.id}] received" in worker.log(), message=f"{result.id} to arrive")
 
@@ -75,12 +68,12 @@ def test_a_task_waiting_for_its_countdown_is_discarded_at_once(start, pool, tmp_
     worker = start(pool)
     result = basic.record.apply_async((str(proof), "x"), countdown=30)
     _received(worker, result)
-    assert _ask("revoke", task_id=result.id) == {"ok": f"tasks { {result.id} } flagged as revoked"}
+    assert ask(basic.app, "revoke", task_id=result.id) == {"ok": f"tasks { {result.id} } flagged as revoked"}
     with pytest.raises(TaskRevokedError, match="revoked"):
         result.get(timeout=10)
     assert result.state == "REVOKED"
-    assert _ask("scheduled") == []
-    assert _ask("revoked") == [result.id]
+    assert ask(basic.app, "scheduled") == []
+    assert ask(basic.app, "revoked") == [result.id]
     worker.wait_log(f"Discarding revoked task: apps.basic.record[{result.id}] (revoked)")
     assert basic.add.delay(1, 2).get(timeout=20) == 3  # its window slot was given back
     assert not proof.exists()
@@ -96,7 +89,8 @@ def test_a_task_waiting_in_the_pool_behind_a_busy_one_is_discarded_at_once(start
     kept = basic.record.apply_async((str(proof), "kept"))
     _received(worker, kept)
     started = time.monotonic()
-    assert _ask("revoke", task_id=revoked.id) == {"ok": f"tasks { {revoked.id} } flagged as revoked"}
+    assert ask(basic.app, "revoke", task_id=revoked.id) == {
+        "ok": f"tasks { {revoked.id} } flagged as revoked"}
     with pytest.raises(TaskRevokedError, match="revoked"):
         revoked.get(timeout=10)
     assert time.monotonic() - started < 2  # the busy task still runs: it was not waited for
@@ -109,7 +103,7 @@ def test_a_task_revoked_before_it_arrives_is_marked_at_once_and_discarded_when_i
     proof = tmp_path / "ran"
     worker = start("solo")
     task_id = str(uuid.uuid4())
-    _ask("revoke", task_id=[task_id])
+    ask(basic.app, "revoke", task_id=[task_id])
     with pytest.raises(TaskRevokedError):  # the client stops waiting before the message is even sent
         basic.app.AsyncResult(task_id).get(timeout=10)
     basic.record.apply_async((str(proof), "x"), task_id=task_id)
@@ -122,9 +116,9 @@ def test_terminate_kills_the_process_running_the_task_and_marks_it_revoked(start
     worker = start("prefork", "-c", "2")
     before = set(children_of(worker.pid))
     result = basic.sleep.delay(30)
-    wait_for(lambda: _ask("query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
+    wait_for(lambda: ask(basic.app, "query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
              message="the task to start")
-    answer = _ask("revoke", task_id=result.id, terminate=True, signal="KILL")
+    answer = ask(basic.app, "revoke", task_id=result.id, terminate=True, signal="KILL")
     assert answer == {"ok": f"terminate: {result.id}"}
     with pytest.raises(TaskRevokedError, match="terminated"):
         result.get(timeout=10)
@@ -132,7 +126,7 @@ def test_terminate_kills_the_process_running_the_task_and_marks_it_revoked(start
     wait_for(lambda: len(children_of(worker.pid)) == 2 and set(children_of(worker.pid)) != before,
              message="the killed child to be replaced")
     assert basic.add.delay(3, 4).get(timeout=20) == 7
-    assert _ask("query_task", ids=[result.id]) == {}
+    assert ask(basic.app, "query_task", ids=[result.id]) == {}
 
 
 def test_terminate_before_the_task_starts_takes_it_back_without_killing_a_process(start):
@@ -142,8 +136,9 @@ def test_terminate_before_the_task_starts_takes_it_back_without_killing_a_proces
     result = basic.sleep.delay(30)
     _received(worker, result)
     child = children_of(worker.pid)
-    assert _ask("query_task", ids=[result.id])[result.id][0] == "reserved"
-    assert _ask("terminate", signal="TERM", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    assert ask(basic.app, "query_task", ids=[result.id])[result.id][0] == "reserved"
+    assert ask(basic.app, "terminate", signal="TERM", task_id=[result.id]) == {
+        "ok": f"terminate: {result.id}"}
     with pytest.raises(TaskRevokedError, match="revoked"):
         result.get(timeout=1)  # at once: the blocker still runs
     assert blocker.get(timeout=20) == 1.5
@@ -154,9 +149,9 @@ def test_terminate_before_the_task_starts_takes_it_back_without_killing_a_proces
 def test_terminate_on_a_pool_that_cannot_stop_a_task_says_so_and_the_task_completes(start):
     start("threads", "-c", "2")
     result = basic.sleep.delay(2)
-    wait_for(lambda: _ask("query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
+    wait_for(lambda: ask(basic.app, "query_task", ids=[result.id]).get(result.id, [None])[0] == "active",
              message="the task to start")
-    answer = _ask("revoke", task_id=result.id, terminate=True)
+    answer = ask(basic.app, "revoke", task_id=result.id, terminate=True)
     assert answer == {"error": f"cannot terminate {result.id}: the threads pool cannot stop a running "
                                "task: threads can be neither interrupted nor killed; use -P prefork to "
                                "terminate tasks"}
@@ -168,11 +163,11 @@ def test_terminate_on_a_pool_that_cannot_stop_a_task_says_so_and_the_task_comple
 GATED_POOLS = """
     import os
     import threading
-    import time
     from pathlib import Path
 
     from worker_pool_prefork.pool import PreforkPool
     from worker_pool_threads.pool import ThreadPool
+    from workers import wait_for
 
     GATE = Path(os.environ["GATE_DIR"])
 
@@ -181,9 +176,8 @@ GATED_POOLS = """
         def held(pid, started):
             (GATE / "held").write_text(str(pid))
 
-            def release():
-                while not (GATE / "open").exists():
-                    time.sleep(0.01)
+            def release():  # the task is held until the test opens the gate
+                wait_for((GATE / "open").exists, 60, interval=0.01, message="the test to open the gate")
                 report(pid, started)
 
             threading.Thread(target=release, daemon=True).start()
@@ -225,7 +219,7 @@ def gated(workers, embedded_broker, site, tmp_path):
 def _held_start(worker, gate, result) -> int:
     """Wait until the task runs but its start is held back; the pid running it."""
     wait_for(lambda: (gate / "held").exists(), message="the task to start")
-    assert _ask("query_task", ids=[result.id])[result.id][0] == "reserved"  # not heard of yet
+    assert ask(basic.app, "query_task", ids=[result.id])[result.id][0] == "reserved"  # not heard of yet
     return int((gate / "held").read_text())
 
 
@@ -234,7 +228,8 @@ def test_terminate_as_the_task_starts_kills_its_process_once_the_start_is_report
     result = basic.sleep.delay(30)
     pid = _held_start(worker, gate, result)
     # too late to take it back from the pool, too early to know its process: killed when it reports
-    assert _ask("terminate", signal="KILL", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    assert ask(basic.app, "terminate", signal="KILL", task_id=[result.id]) == {
+        "ok": f"terminate: {result.id}"}
     assert pid in children_of(worker.pid) and not result.ready()
     (gate / "open").touch()
     with pytest.raises(TaskRevokedError, match="terminated"):
@@ -244,14 +239,14 @@ def test_terminate_as_the_task_starts_kills_its_process_once_the_start_is_report
     wait_for(lambda: pid not in children_of(worker.pid) and len(children_of(worker.pid)) == 1,
              message="the killed child to be replaced")
     assert basic.add.delay(2, 5).get(timeout=20) == 7
-    assert _ask("query_task", ids=[result.id]) == {}
+    assert ask(basic.app, "query_task", ids=[result.id]) == {}
 
 
 def test_terminate_as_the_task_starts_on_a_pool_that_cannot_stop_it_warns_and_the_task_completes(gated):
     worker, gate = gated("gated-threads")
     result = basic.sleep.delay(0.5)
     _held_start(worker, gate, result)
-    assert _ask("terminate", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
+    assert ask(basic.app, "terminate", task_id=[result.id]) == {"ok": f"terminate: {result.id}"}
     (gate / "open").touch()
     assert result.get(timeout=20) == 0.5
     worker.wait_log(f"Could not terminate apps.basic.sleep[{result.id}] (the threads pool cannot stop a "
@@ -266,9 +261,9 @@ def test_terminate_as_the_task_starts_on_a_pool_that_cannot_stop_it_warns_and_th
 ])
 def test_bad_revoke_arguments_get_an_error_and_change_nothing(start, arguments, error):
     start("solo")
-    answer = _ask("revoke", **arguments)
+    answer = ask(basic.app, "revoke", **arguments)
     assert isinstance(answer, dict) and answer["error"].startswith(error)
-    assert _ask("revoked") == []
+    assert ask(basic.app, "revoked") == []
 
 
 def test_workerctl_revokes_and_lists_revoked_ids(start, embedded_broker, tmp_path):
@@ -333,15 +328,15 @@ def test_with_statedb_revoked_ids_survive_a_restart(start, tmp_path):
     proof = tmp_path / "ran"
     worker = start("solo", "--statedb", str(state))
     task_id = str(uuid.uuid4())
-    _ask("revoke", task_id=task_id)
+    ask(basic.app, "revoke", task_id=task_id)
     assert task_id in state.read_text()  # written at once, not only at a clean shutdown
     worker.stop()
     kept = json.loads(state.read_text())["clock"]
     assert kept >= 1  # the revoke request moved it
     worker = start("solo", "-S", str(state))
     worker.wait_log(f"Loaded 1 revoked task id(s) and the logical clock ({kept}) from")
-    assert _ask("clock")["clock"] > kept  # the clock goes on from where it was, as in Celery
-    assert _ask("revoked") == [task_id]
+    assert ask(basic.app, "clock")["clock"] > kept  # the clock goes on from where it was, as in Celery
+    assert ask(basic.app, "revoked") == [task_id]
     basic.record.apply_async((str(proof), "x"), task_id=task_id)
     assert basic.add.delay(1, 1).get(timeout=20) == 2
     worker.wait_log(f"Discarding revoked task: apps.basic.record[{task_id}] (revoked)")

@@ -12,7 +12,7 @@ import kombu
 import pytest
 from apps import basic
 from conftest import AMQP_TEST_URL, delete_queue, redis_db
-from workers import TESTS, wait_for
+from workers import TESTS, ask, wait_for
 
 from worker_core import App
 from worker_core.control.client import broadcast
@@ -24,12 +24,6 @@ RESULTS = redis_db(11)
 def _names() -> tuple[str, str]:
     tag = uuid.uuid4().hex[:8]
     return f"routing-{tag}", f"routing-ex-{tag}"
-
-
-def _ask(app: App, name: str, command: str, **arguments) -> object:
-    [reply] = broadcast(app, command, arguments, destination=[name], timeout=5, limit=1)
-    [answer] = reply.values()
-    return answer
 
 
 def _client(broker: str, **settings) -> App:
@@ -203,8 +197,8 @@ def test_a_fanout_exchange_in_task_queues_reaches_every_queue_bound_to_it(worker
     assert f"queues     {first}, {second}" in worker.log()
     client = _client(amqp_url, task_queues=queues)
     name = worker.name
-    assert _ask(client, name, "conf")["task_queues"] == queues  # as given
-    described = _ask(client, name, "active_queues")  # as Celery's worker describes them
+    assert ask(client, "conf", worker=name)["task_queues"] == queues  # as given
+    described = ask(client, "active_queues", worker=name)  # as Celery's worker describes them
     assert [(q["name"], q["exchange"]["name"], q["exchange"]["type"]) for q in described] == [
         (first, exchange, "fanout"),
         (second, exchange, "fanout"),
@@ -275,21 +269,22 @@ def test_a_failed_add_consumer_answers_why_and_every_other_queue_goes_on(workers
     name = worker.name
     client = _client(amqp_url)
     # a quorum queue cannot join a channel whose window is global
-    answer = _ask(client, name, "add_consumer", queue=quorum)
+    answer = ask(client, "add_consumer", worker=name, queue=quorum)
     assert answer == {
         "error": f"cannot consume from {quorum!r}: queue {quorum!r} is a quorum queue, which "
         f"RabbitMQ does not let a channel with a global prefetch window consume (this "
         f"worker's queues are classic): restart the worker with it in -Q"
     }
     # an exchange that exists with another type
-    answer = _ask(client, name, "add_consumer", queue=f"{main}-2", exchange=exchange, exchange_type="direct")
+    answer = ask(client, "add_consumer", worker=name, queue=f"{main}-2", exchange=exchange,
+                 exchange_type="direct")
     assert answer["error"].startswith(
         f"cannot consume from '{main}-2': exchange {exchange!r} (of queue '{main}-2') exists on the broker "
         f"with type='fanout', but this worker declares type='direct'"
     )
     assert client.send_task("apps.basic.add", (3, 4), queue=main).get(timeout=20) == 7
-    assert [q["name"] for q in _ask(client, name, "active_queues")] == [main]
-    assert _ask(client, name, "ping") == {"ok": "pong"}
+    assert [q["name"] for q in ask(client, "active_queues", worker=name)] == [main]
+    assert ask(client, "ping", worker=name) == {"ok": "pong"}
 
 
 def test_a_queue_that_exists_as_a_stream_stops_the_worker_in_one_line(workers, amqp_url, amqp_channel):
@@ -315,7 +310,7 @@ def test_the_remote_control_queue_is_exclusive_and_a_restart_under_the_same_name
     name = f"ctl-{uuid.uuid4().hex[:8]}@localhost"
     worker = workers.start("-n", name, broker=amqp_url, env={"PYTHONPATH": str(TESTS)})
     client = _client(amqp_url)
-    assert _ask(client, name, "ping") == {"ok": "pong"}
+    assert ask(client, "ping", worker=name) == {"ok": "pong"}
     # exclusive (RabbitMQ 4.3 refuses queues neither durable nor exclusive): another connection
     # cannot use it
     with pytest.raises(Exception, match="RESOURCE_LOCKED"):
@@ -357,7 +352,7 @@ def test_a_celery_apps_task_queues_and_task_routes_run_unchanged_under_workerctl
     worker = workers.start(app="apps.celery_routed", env=env)  # no -Q: the queues of task_queues
     assert f"queues     {queue}" in worker.log()
     name = worker.name
-    [shown] = _ask(_client(amqp_url), name, "conf")["task_queues"]  # kombu's queue, as data
+    [shown] = ask(_client(amqp_url), "conf", worker=name)["task_queues"]  # kombu's queue, as data
     assert (shown["name"], shown["exchange"]["type"], shown["routing_key"]) == (queue, "topic", "feed.#")
     # a producer of the deployment: the same settings, sending by name through its routes
     from celery import Celery
@@ -427,5 +422,5 @@ def test_a_worker_whose_old_connection_still_holds_its_control_queue_takes_it_ba
     worker.wait_log(
         f"Remote control is on: this worker's queue {name}.celery.pidbox is free again", timeout=30
     )
-    assert _ask(client, name, "ping") == {"ok": "pong"}
+    assert ask(client, "ping", worker=name) == {"ok": "pong"}
     delete_queue(amqp_url, queue)

@@ -1,4 +1,5 @@
-"""Starting and stopping real ``workerctl worker`` processes from tests."""
+"""Helpers for tests that drive real workers: starting and stopping ``workerctl worker``
+processes, waiting for a condition, and asking a worker a remote-control question."""
 
 from __future__ import annotations
 
@@ -9,21 +10,64 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from worker_core.control.client import broadcast
+
+if TYPE_CHECKING:
+    from worker_core import App
 
 TESTS = Path(__file__).resolve().parent
 
+T = TypeVar("T")
 
-def wait_for(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02,
-             message: str = "condition") -> object:
+
+def wait_for(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
+             message: str | Callable[[], str] = "condition",
+             ignoring: tuple[type[BaseException], ...] = ()) -> T:
+    """Call ``condition`` every ``interval`` seconds until it returns something true, and return
+    that. After ``timeout`` seconds fail with ``message`` (what was awaited; a callable is asked
+    then, to tell what it saw) and the last value seen. An exception of a type in ``ignoring``
+    counts as "not yet" (and is the one shown on timeout); any other exception propagates at
+    once, so a condition can give up early."""
     deadline = time.monotonic() + timeout
     while True:
-        value = condition()
-        if value:
-            return value
+        error: BaseException | None = None
+        try:
+            value = condition()
+        except ignoring as raised:
+            error = raised
+            last = f"it last raised {raised!r}"
+        else:
+            if value:
+                return value
+            last = f"it last returned {_short(value)}"
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
-        time.sleep(interval)
+            awaited = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout}s waiting for {awaited}; {last}") from error
+        time.sleep(interval)  # the polling interval, between two looks at the condition
+
+
+def _short(value: object, limit: int = 1000) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def ask(app: App, command: str, /, *, worker: str | None = None, sender: str | None = None,
+        timeout: float = 5.0, **arguments: Any) -> Any:
+    """Send the remote-control ``command`` with ``arguments`` and return the one answer: that of
+    the worker named ``worker`` (its ``-n``), or of the first worker to answer. ``sender`` is who
+    the worker is told asked (by default this process). Fails when no answer comes in ``timeout``
+    seconds."""
+    replies = broadcast(app, command, arguments, destination=[worker] if worker else None,
+                        timeout=timeout, limit=1, sender=sender)
+    assert len(replies) == 1, f"{command!r}: no answer within {timeout}s"
+    [reply] = replies
+    if worker is not None:
+        assert worker in reply, f"{command!r}: answered by {list(reply)}, not {worker!r}"
+        return reply[worker]
+    [answer] = reply.values()
+    return answer
 
 
 class WorkerProcess:
@@ -107,16 +151,19 @@ class CeleryWorkerProcess(WorkerProcess):
     program = ("-m", "celery")
 
 
-def drain(connection: Any, until: Callable[[], bool], timeout: float = 10.0) -> None:
+def drain(connection: Any, until: Callable[[], bool], timeout: float = 10.0,
+          message: str | Callable[[], str] = "the events awaited") -> None:
     """Drain ``connection``'s events until ``until()`` holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not until():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out draining events")
+    def drained() -> bool:
+        if until():
+            return True
         try:
             connection.drain_events(timeout=0.2)
         except TimeoutError:
             pass
+        return until()
+
+    wait_for(drained, timeout, interval=0, message=message)
 
 
 def children_of(pid: int) -> list[int]:
