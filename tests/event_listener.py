@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
-
 import kombu
+from workers import drain
 
 
 class Listener:
@@ -32,14 +31,8 @@ class Listener:
         return [m.payload for m in self.messages if kind is None or m.payload["type"] == kind]
 
     def until(self, condition, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out; events so far: {[e['type'] for e in self.events()]}")
-            try:
-                self.connection.drain_events(timeout=0.1)
-            except TimeoutError:
-                pass
+        drain(self.connection, condition, timeout,
+              message=lambda: f"events (so far: {[e['type'] for e in self.events()]})")
 
     def close(self) -> None:
         self.connection.close()

@@ -10,8 +10,9 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
 from pathlib import Path
+
+from workers import wait_for
 
 from worker_core.testing.proxy import TcpProxy
 
@@ -55,11 +56,13 @@ class RedisServer:
              *(["--requirepass", self.password] if self.password else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 10
-        while not answers(self.port):
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError(f"redis-server on port {self.port} did not start")
-            time.sleep(0.02)
+
+        def started() -> bool:
+            if self.process is None or self.process.poll() is not None:  # the port was taken meanwhile
+                raise RuntimeError(f"redis-server on port {self.port} exited at start")
+            return answers(self.port)
+
+        wait_for(started, message=f"redis-server on port {self.port} to start")
         return self
 
     def stop(self) -> None:

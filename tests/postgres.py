@@ -11,12 +11,12 @@ import os
 import shutil
 import subprocess
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 from faults import answers, free_port
+from workers import wait_for
 
 __all__ = ["POSTGRES_URL", "Cluster", "drop_schema", "schema_name", "temporary_schema"]
 
@@ -110,11 +110,8 @@ class Cluster:
 
     def start(self) -> Cluster:
         self._run(_program("pg_ctl"), "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "start")
-        deadline = time.monotonic() + 30
-        while not answers(self.port):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL on port {self.port} did not start: {self.log.read_text()}")
-            time.sleep(0.05)
+        wait_for(lambda: answers(self.port), 30, interval=0.05,
+                 message=lambda: f"PostgreSQL on port {self.port} to start: {self.log.read_text()}")
         return self
 
     def stop(self, mode: str = "fast") -> None:

@@ -18,7 +18,7 @@ import pytest
 from apps import basic
 from conftest import require_server
 from postgres import POSTGRES_URL, drop_schema, schema_name
-from workers import TESTS, wait_for
+from workers import TESTS, drain, wait_for
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
@@ -77,12 +77,7 @@ def _receive(connection: kombu.Connection, queue: kombu.Queue, count: int, timeo
     with kombu.Consumer(
         connection, [queue], accept=["json"], on_message=received.append, prefetch_count=count
     ):
-        deadline = time.monotonic() + timeout
-        while len(received) < count and time.monotonic() < deadline:
-            try:
-                connection.drain_events(timeout=0.2)
-            except TimeoutError:
-                pass
+        drain(connection, lambda: len(received) >= count, timeout, message=f"{count} message(s)")
     return received
 
 
