@@ -61,12 +61,10 @@ def publish(connection: kombu.Connection, queue: kombu.Queue, bodies: list[Any],
 
 
 def run_hub(connection: kombu.Connection, until: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Turn a kombu hub driving ``connection`` until ``until()`` or ``timeout`` seconds."""
+    """Turn a kombu hub driving ``connection`` until ``until()``; fail after ``timeout`` seconds."""
     turns = Turns(connection)
-    deadline = time.monotonic() + timeout
     try:
-        while not until() and time.monotonic() < deadline:
-            turns.turn()
+        turns.until(until, timeout)
     finally:
         turns.close()
 
@@ -85,10 +83,13 @@ class Turns:
         next(self._loop)
 
     def until(self, condition: Callable[[], bool], timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
+        def turned() -> bool:
+            if condition():
+                return True
             self.turn()
+            return condition()
+
+        wait_for(turned, timeout, interval=0, message="the hub's turns to bring it about")
 
     def close(self) -> None:
         self.hub.close()
@@ -380,9 +381,7 @@ def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_
         consumer.qos(prefetch_count=50, apply_global=True)
         consumer.consume()
         publish(publisher, queue, [{"n": n} for n in range(20)])
-        wait_for(lambda: connection.connection.sock is not None and _unread(connection) > 0,
-                 message="the messages to arrive")
-        time.sleep(0.2)  # all twenty
+        wait_for(lambda: _deliveries_arrived(connection) == 20, message="the twenty deliveries")
         connection.drain_events(timeout=2)
         assert got == [0]
         assert connection.connection.transport._read_buffer  # the other nineteen, read ahead
@@ -393,8 +392,26 @@ def test_frames_a_blocking_read_left_in_the_buffer_are_handled_by_the_hub(queue_
 
 def _unread(connection: kombu.Connection) -> int:
     """Bytes waiting in the connection's socket."""
-    return len(connection.connection.sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT) or b"") \
-        if _readable(connection) else 0
+    return len(_peek(connection))
+
+
+def _deliveries_arrived(connection: kombu.Connection) -> int:
+    """Deliveries arrived whole but not handled yet, in the transport's buffer (where a blocking
+    read leaves them) or the socket: their body frames (one each, for the small bodies here)."""
+    data = bytes(getattr(connection.connection.transport, "_read_buffer", b"")) + _peek(connection)
+    bodies, at = 0, 0
+    while at + 7 <= len(data):
+        kind, size = data[at], int.from_bytes(data[at + 3:at + 7], "big")
+        at += 8 + size  # type, channel, size, payload, frame end
+        if kind == 3 and at <= len(data):
+            bodies += 1
+    return bodies
+
+
+def _peek(connection: kombu.Connection) -> bytes:
+    if connection.connection.sock is None or not _readable(connection):
+        return b""
+    return connection.connection.sock.recv(1 << 20, socket.MSG_PEEK | socket.MSG_DONTWAIT) or b""
 
 
 def _readable(connection: kombu.Connection) -> bool:
@@ -422,10 +439,9 @@ def test_a_missed_heartbeat_drops_the_connection_so_closing_it_does_not_hang(que
         channel = connection.channel()
         proxy.blackhole()  # the TCP connection stays open; nothing gets through
         started = time.monotonic()
-        with pytest.raises(connection.connection_errors):
-            while time.monotonic() - started < 10:
-                connection.heartbeat_check(rate=4)
-                time.sleep(0.25)
+        with pytest.raises(connection.connection_errors):  # checked four times a second, as kombu's hub does
+            wait_for(lambda: connection.heartbeat_check(rate=4), 10, interval=0.25,
+                     message="the missed heartbeats to drop the connection")
         assert time.monotonic() - started < 5
         closing = time.monotonic()
         channel.close()
@@ -453,10 +469,7 @@ def test_queue_depth_counts_ready_messages_and_zero_for_a_missing_queue(queue_na
     with kombu.Connection(URL, transport=transport.kombu_transport(), **transport.connection_options()) as c:
         assert transport.queue_depth(c, queue_name) == 0
         publish(c, queue, [1, 2, 3])
-        deadline = time.monotonic() + 5
-        while transport.queue_depth(c, queue_name) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert transport.queue_depth(c, queue_name) == 3
+        wait_for(lambda: transport.queue_depth(c, queue_name) == 3, 5, message="three messages ready")
         # the default channel is still usable after a passive declare of a missing queue
         assert transport.queue_depth(c, queue_name + "-missing") == 0
         publish(c, queue, [4])
@@ -665,7 +678,8 @@ def test_half_the_window_acknowledged_goes_out_before_the_next_delivery_is_handl
         turns = Turns(connection)
         try:
             consumer.consume()
-            time.sleep(0.3)  # all four are in the socket: one read, one turn hands them all over
+            # all four arrived first: one read, one turn hands them all over
+            wait_for(lambda: _deliveries_arrived(connection) == 4, message="the four deliveries")
             turns.until(lambda: len(held_on_arrival) == 4)
         finally:
             turns.close()

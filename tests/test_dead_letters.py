@@ -15,12 +15,11 @@ import kombu
 import pytest
 from apps import basic
 from conftest import AMQP_TEST_URL, delete_queue, redis_db
-from workers import TESTS
+from workers import TESTS, ask, wait_for
 
 from worker_core import App
 from worker_core.app import deadletters
 from worker_core.app.broker import connection_for
-from worker_core.control.client import broadcast
 from worker_core.exceptions import ResultTimeout
 
 RESULTS = redis_db(11)
@@ -167,9 +166,8 @@ def test_a_celery_clients_countdown_on_a_quorum_queue_waits_on_rabbitmq_not_in_t
         sent = time.monotonic()
         result = celery.send_task("apps.basic.add", (20, 22), queue=queue, countdown=3)
         client = _client(amqp_url)
-        time.sleep(0.5)  # give a wrongly routed message time to reach the worker
-        [reply] = broadcast(client, "scheduled", destination=[name], timeout=5, limit=1)
-        assert reply[name] == []  # held by RabbitMQ, not by the worker
+        time.sleep(0.5)  # a negative: time for a wrongly routed message to reach the worker
+        assert ask(client, "scheduled", worker=name) == []  # held by RabbitMQ, not by the worker
         assert result.get(timeout=30) == 42
         assert time.monotonic() - sent >= 2.5
         # this project's client holds it on RabbitMQ the same way
@@ -196,11 +194,8 @@ def test_a_quorum_message_delivered_more_often_than_the_limit_goes_to_the_dead_l
     with kombu.Connection(amqp_url) as connection:
         channel = connection.channel()
         for _ in range(3):  # three deliveries that ended without an outcome, as a dying worker's would
-            message = None
-            deadline = time.monotonic() + 10
-            while message is None and time.monotonic() < deadline:
-                message = kombu.Queue(queue, channel=channel).get(no_ack=False)
-            assert message is not None
+            message = wait_for(lambda: kombu.Queue(queue, channel=channel).get(no_ack=False),
+                               message=f"a delivery from {queue}")
             message.reject(requeue=True)
     worker = workers.start(
         "-Q",
