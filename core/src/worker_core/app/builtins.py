@@ -57,8 +57,8 @@ def _task_of(app: App, sig: Any, builtin: str) -> Task:
 def _builtins(app: App) -> dict[str, tuple[Callable[..., Any], dict[str, Any]]]:
     def backend_cleanup() -> None:
         """Celery's daily clean-up of expired results: every result backend here expires its
-        results itself (Redis keys expire, the embedded file prunes them), so nothing is left
-        to do."""
+        results itself (Redis keys expire, the embedded file and PostgreSQL's tables are pruned
+        by the processes that store results), so nothing is left to do."""
 
     def accumulate(self: Task, *args: Any, **kwargs: Any) -> Any:
         index = kwargs.get("index")

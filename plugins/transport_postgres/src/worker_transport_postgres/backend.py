@@ -398,20 +398,31 @@ class PostgresBackend(PostgresChords):
     # -- expiry ----------------------------------------------------------------------------------
 
     def _maybe_prune(self) -> None:
-        if not self.expires or time.monotonic() < self._next_prune:
+        if not (self.expires or self.chord_expires) or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + PRUNE_INTERVAL
-
-        def prune(db: Any) -> None:
-            db.execute(f"DELETE FROM {self.names.taskmeta} AS t WHERE {self._expired('t')}")
-            db.execute(f"DELETE FROM {self.names.tasksetmeta} AS t WHERE {self._expired('t')}")
-            self.prune_chords(db)
-
         try:
-            self._run("delete expired results", prune)
+            self.cleanup()
         except ResultError as exc:
             # Housekeeping only: expired rows are not read anyway, and the next prune retries.
             logger.warning("%s", exc)
+
+    def cleanup(self) -> None:
+        """Delete the results and saved groups older than ``result_expires`` and the chords whose
+        state expired, now (Celery's database backend's ``cleanup``). Every process storing
+        results does it by itself at its first store and then every :data:`PRUNE_INTERVAL`
+        seconds at most; meanwhile expired rows are not read.
+
+        :raise ResultError: the database could not be reached.
+        """
+
+        def prune(db: Any) -> None:
+            if self.expires:
+                db.execute(f"DELETE FROM {self.names.taskmeta} AS t WHERE {self._expired('t')}")
+                db.execute(f"DELETE FROM {self.names.tasksetmeta} AS t WHERE {self._expired('t')}")
+            self.prune_chords(db)
+
+        self._run("delete expired results", prune)
 
 
 if TYPE_CHECKING:
