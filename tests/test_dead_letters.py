@@ -1,7 +1,7 @@
 """Messages the worker would discard land in the dead-letter queue with the reason, the worker and
-the time (Redis: a list; RabbitMQ: through an exchange), and workerctl dead-letters finds them,
-requeues them and purges them; quorum queues' countdowns wait on RabbitMQ; the broker's delivery
-count feeds the poison cap."""
+the time (Redis: a list; RabbitMQ: through an exchange; PostgreSQL: rows of the queue table), and
+workerctl dead-letters finds them, requeues them and purges them; quorum queues' countdowns wait
+on RabbitMQ; the broker's delivery count feeds the poison cap."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def _client(broker: str, **settings) -> App:
     return client
 
 
-@pytest.fixture(params=["redis", "amqp", "embedded"])
-def broker(request, tmp_path):
+@pytest.fixture(params=["redis", "amqp", "embedded", "postgres"])
+def broker(request, tmp_path, monkeypatch):
     if request.param == "embedded":
         return f"embedded://{tmp_path}/queue.db"
     if request.param == "redis":
@@ -50,6 +50,16 @@ def broker(request, tmp_path):
 
         return empty_redis(redis_db(12))
     from conftest import require_server
+
+    if request.param == "postgres":
+        from postgres import POSTGRES_URL, drop_schema, schema_name
+
+        require_server(5432, "PostgreSQL")
+        schema = schema_name("dead_letters")
+        # (read by the workers, workerctl and the client's App alike)
+        monkeypatch.setenv("WORKER_BROKER_TRANSPORT_OPTIONS", json.dumps({"schema": schema}))
+        request.addfinalizer(lambda: drop_schema(POSTGRES_URL, schema))
+        return POSTGRES_URL
 
     require_server(5672, "RabbitMQ")
     return AMQP_TEST_URL

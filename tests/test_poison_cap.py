@@ -3,8 +3,9 @@
 times, then fails with the reason and goes to the dead-letter queue, and the worker stays up.
 
 Each test is its own supervisor: it starts a worker, sees it die of the task (exit -11), and
-starts it again, on a Redis server of its own, the embedded transport, and RabbitMQ (a quorum
-queue counts on the broker; a classic one in the Redis result backend)."""
+starts it again, on a Redis server of its own, the embedded transport, PostgreSQL (its counters
+table), and RabbitMQ (a quorum queue counts on the broker; a classic one in the Redis result
+backend)."""
 
 from __future__ import annotations
 
@@ -112,6 +113,23 @@ def test_a_task_that_takes_its_worker_down_on_the_embedded_transport_stops_after
     broker = f"embedded://{tmp_path}/queue.db"
     env = _env(queue)
     _check_capped(workers, broker, None, pool, tmp_path, env, queue, "3 counted on the broker")
+
+
+def test_a_task_that_takes_its_worker_down_on_postgresql_stops_after_the_limit(workers, tmp_path):
+    from postgres import POSTGRES_URL, temporary_schema
+
+    require_server(5432, "PostgreSQL")
+    queue = f"poison-{uuid.uuid4().hex[:8]}"
+    with temporary_schema(prefix="poison") as schema:
+        # a dead worker's leases lapse after a second; the next worker looks five times a second
+        broker_options = {"schema": schema, "visibility_timeout": 1, "polling_interval": 0.2}
+        backend_options = {"schema": schema}
+        env = _env(queue, WORKER_BROKER_TRANSPORT_OPTIONS=json.dumps(broker_options),
+                   WORKER_RESULT_BACKEND_TRANSPORT_OPTIONS=json.dumps(backend_options))
+        _check_capped(workers, POSTGRES_URL, POSTGRES_URL, "threads", tmp_path, env, queue,
+                      "3 counted on the broker", broker_transport_options=broker_options,
+                      result_backend_transport_options=backend_options)
+        workers.cleanup()  # (before the schema goes)
 
 
 def test_a_task_that_takes_its_worker_down_on_a_rabbitmq_quorum_queue_stops_after_the_broker_count(
