@@ -1,7 +1,8 @@
 """PostgreSQL for the tests: the shared server's database ``test`` with a schema of each test
-module's own (never shared between pytest processes, dropped afterwards), and clusters of a
-test's own on free ports (started with Debian's initdb/pg_ctl in a temporary directory), which a
-test may restart or promote; the shared server on 5432 is never stopped."""
+module's own (never shared between pytest processes, dropped afterwards), clusters of a test's
+own on free ports (started with Debian's initdb/pg_ctl in a temporary directory), which a test
+may restart or promote, and a PgBouncer of a test's own in front of the shared server; the
+shared server on 5432 is never stopped."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from pathlib import Path
 from faults import answers, free_port
 from workers import wait_for
 
-__all__ = ["POSTGRES_URL", "Cluster", "drop_schema", "schema_name", "temporary_schema"]
+__all__ = ["POSTGRES_URL", "Cluster", "PgBouncer", "drop_schema", "schema_name", "temporary_schema"]
 
 #: the shared server's database for the tests (WORKER_TEST_POSTGRES overrides it)
 POSTGRES_URL = os.environ.get("WORKER_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
@@ -130,3 +131,73 @@ class Cluster:
 
     def promote(self) -> None:
         self._run(_program("pg_ctl"), "-D", str(self.data), "-w", "promote")
+
+
+class PgBouncer:
+    """A PgBouncer of a test's own on a free port of 127.0.0.1, in front of the shared server
+    (every database, trust authentication), in ``pool_mode`` with at most ``pool_size`` server
+    connections per database and user; its admin console answers ``SHOW`` (:meth:`show`).
+    Stopped by its pid (never another PgBouncer)."""
+
+    def __init__(self, pool_mode: str = "transaction", pool_size: int = 3, server_port: int = 5432) -> None:
+        self.directory = Path(tempfile.mkdtemp(prefix="worker-tests-pgbouncer-"))
+        self.port = free_port()
+        self.pool_mode, self.pool_size, self.server_port = pool_mode, pool_size, server_port
+        self.log = self.directory / "pgbouncer.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def url(self, database: str = "test") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> PgBouncer:
+        program = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+        if not os.path.exists(program):
+            raise RuntimeError("pgbouncer is not installed (Debian: apt-get install pgbouncer)")
+        (self.directory / "users.txt").write_text('"postgres" ""\n')
+        ini = self.directory / "pgbouncer.ini"
+        ini.write_text(
+            f"[databases]\n* = host=127.0.0.1 port={self.server_port}\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {self.directory / 'users.txt'}\nadmin_users = postgres\n"
+            f"pool_mode = {self.pool_mode}\ndefault_pool_size = {self.pool_size}\n"
+            f"max_client_conn = 200\nlogfile = {self.log}\n"
+        )
+        # PgBouncer refuses to run as root: run it as the postgres user then
+        user = None
+        if os.geteuid() == 0:
+            shutil.chown(self.directory, "postgres", "postgres")
+            for path in self.directory.iterdir():
+                shutil.chown(path, "postgres", "postgres")
+            user = "postgres"
+        self.process = subprocess.Popen([program, str(ini)], user=user, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not answers(self.port):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                log = self.log.read_text() if self.log.exists() else ""
+                self.stop()
+                raise RuntimeError(f"PgBouncer on port {self.port} did not start: {log}")
+            time.sleep(0.05)
+        return self
+
+    def show(self, what: str) -> list[dict[str, object]]:
+        """``SHOW <what>`` on the admin console (``CLIENTS``, ``SERVERS``, ``POOLS``), as dicts."""
+        import psycopg
+
+        # (the console speaks the simple query protocol only)
+        console = self.url("pgbouncer")
+        with psycopg.connect(console, autocommit=True, cursor_factory=psycopg.ClientCursor) as db:
+            cursor = db.execute(f"SHOW {what}")
+            names = [column.name for column in cursor.description or ()]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+    def stop(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=10)
+        shutil.rmtree(self.directory, ignore_errors=True)

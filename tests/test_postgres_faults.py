@@ -1,5 +1,5 @@
-"""PostgreSQL faults, counted per message: a cluster of the test's own restarted mid-flight, a
-connection cut by a proxy, and a standby promoted behind the same address; every task sent
+"""PostgreSQL faults, counted per message: a cluster of the test's own restarted (or crashed)
+mid-flight, a connection cut by a proxy, and a standby promoted behind the same address; every task sent
 runs, and runs once (each writes its number to a file, which must hold each number once)."""
 
 from __future__ import annotations
@@ -52,16 +52,21 @@ def each_ran_once(results: list, proof: Path) -> None:
     assert sorted(map(int, basic.lines(proof))) == list(range(TASKS))
 
 
-def test_a_database_restarted_mid_flight_loses_no_task_and_runs_none_twice(workers, cluster: Cluster,
-                                                                           tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop, consumer_commits", [("fast", "off"), ("immediate", "on")],
+                         ids=["restarted", "crashed"])
+def test_a_database_restarted_mid_flight_loses_no_task_and_runs_none_twice(
+        workers, cluster: Cluster, tmp_path: Path, stop: str, consumer_commits: str) -> None:
+    """A clean restart flushes every commit; a crash (``pg_ctl -m immediate``) keeps only what was
+    flushed, so there the takes and acknowledgements are synchronous too."""
     schema, proof = schema_name("faults"), tmp_path / "ran"
     configure_client(cluster.url, cluster.url, schema)
     try:
         worker = workers.start("-c", "2", pool="prefork", broker=cluster.url, backend=cluster.url,
-                               env=environment(schema))
+                               env=environment(schema, consumer_synchronous_commit=consumer_commits))
         results = send(proof)
         wait_for(lambda: len(basic.lines(proof)) >= TASKS // 4, timeout=60, message="a quarter of the tasks")
-        cluster.restart()
+        cluster.stop(stop)
+        cluster.start()
         worker.wait_log("Connection to broker lost", timeout=30)
         each_ran_once(results, proof)
         assert basic.add.delay(1, 2).get(timeout=30) == 3  # and it goes on

@@ -18,7 +18,7 @@ from worker_core.redaction import redact_url
 from worker_core.results import READY_STATES, ResultCodec, make_meta, pending_meta
 
 from .chords import PostgresChords
-from .database import connect, connection_errors
+from .database import behind_pooler, connect, connection_errors
 from .options import BACKEND_OPTIONS, conninfo_of, read_options
 from .schema import LATEST, Names, migrate, versions
 from .waiting import listener_for
@@ -80,6 +80,7 @@ class PostgresBackend(PostgresChords):
         self.prepare_threshold = options["prepare_threshold"]
         listen_url = options["listen_url"]
         self.listen_conninfo = self.conninfo if listen_url is None else conninfo_of(listen_url)
+        self.listen_given = listen_url is not None
         self.expires = settings.result_expires
         self.extended = settings.result_extended
         self.codec = ResultCodec.from_settings(settings)
@@ -329,15 +330,27 @@ class PostgresBackend(PostgresChords):
                 f"{what} cannot be read as {content_type}: {type(exc).__name__}: {exc}"
             ) from None
 
+    def _listens(self) -> bool:
+        """Whether results are waited for on ``LISTEN``: not through a pooler, unless
+        ``listen_url`` says where (this process's connection tells whether there is one)."""
+        if self.listen_given:
+            return True
+        self._run("connect", lambda db: None)
+        return not behind_pooler(self.listen_conninfo)
+
     def on_task_call(self, task_id: str) -> None:
         """Start listening for results now, so the wait that follows has nothing to set up."""
-        listener_for(self.listen_conninfo, self.names.result_channel).start()
+        if self._listens():
+            listener_for(self.listen_conninfo, self.names.result_channel).start()
 
     def wait_for(
         self, task_id: str, timeout: float | None = None, interval: float = 0.5
     ) -> Mapping[str, Any]:
-        """Wait on ``LISTEN`` (``interval`` is not used: nothing is polled)."""
+        """Wait on ``LISTEN`` (``interval`` is not used: nothing is polled), or, behind a pooler
+        without a ``listen_url``, read the row every ``interval`` seconds."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._listens():
+            return self._poll_for(task_id, deadline, timeout, interval)
         listener = listener_for(self.listen_conninfo, self.names.result_channel)
         event = listener.watch(task_id, timeout=min(5.0, timeout) if timeout is not None else 5.0)
         try:
@@ -354,6 +367,20 @@ class PostgresBackend(PostgresChords):
                 event.wait(REREAD if left is None else min(left, REREAD))
         finally:
             listener.unwatch(task_id, event)
+
+    def _poll_for(
+        self, task_id: str, deadline: float | None, timeout: float | None, interval: float
+    ) -> Mapping[str, Any]:
+        while True:
+            meta = self.get_task_meta(task_id)
+            if meta["status"] in READY_STATES:
+                return meta
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise ResultTimeout(
+                    f"task {task_id} did not finish within {timeout:g}s (state: {meta['status']})"
+                )
+            time.sleep(interval if left is None else min(left, interval))
 
     def forget(self, task_id: str) -> None:
         self._run(

@@ -34,7 +34,7 @@ from worker_core.exceptions import TransportError
 from worker_core.redaction import redact_url
 
 from .channel import Channel
-from .database import connect, connection_errors
+from .database import behind_pooler, connect, connection_errors
 from .location import location_of
 from .options import BrokerConfig
 from .schema import LATEST, Names, migrate, versions
@@ -48,6 +48,8 @@ virtual: Any = _virtual
 
 #: Each how many maintenance rounds the expired queues and counters are looked for.
 QUEUE_EXPIRY_ROUNDS = 5
+#: Whether this process said that it polls past a pooler (once is enough).
+_said_polling = False
 
 
 def _psycopg_errors() -> tuple[type[BaseException], ...]:
@@ -145,6 +147,8 @@ class Transport(virtual.Transport):  # type: ignore[misc]
         message). Connections that only publish keep the server's setting: a task sent is on
         disk before the send returns."""
         wanted = self.config.consumer_synchronous_commit
+        if behind_pooler(self.config.conninfo):
+            return  # (a session's setting would stay on a server connection other clients borrow)
         if self._committing != wanted:
             db.execute(f"SET synchronous_commit TO {wanted}")
             self._committing = wanted
@@ -166,6 +170,26 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                     f"{LATEST['broker']}, and migrate is off: run `workerctl postgres migrate` with this URL"
                 )
         location.migrated = True
+
+    def listens(self) -> bool:
+        """Whether this transport waits on ``LISTEN``: with ``listen``, unless the broker URL leads
+        to a pooler and no ``listen_url`` says where to listen (a pooler in transaction mode
+        would lend the listening session to others: the worker polls instead)."""
+        config = self.config
+        if not config.listen:
+            return False
+        if config.listen_given or not behind_pooler(config.listen_conninfo):
+            return True
+        global _said_polling
+        if not _said_polling:
+            _said_polling = True
+            logger.warning(
+                "Not listening through the pooler at %s: looking at the queues every %gs "
+                "(polling_interval); set listen_url to the server's own address to be woken at once",
+                redact_url(config.conninfo),
+                config.polling_interval,
+            )
+        return False
 
     def listener(self) -> Any:
         listener = self._listener
@@ -392,7 +416,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
 
     def listen(self, wait: float) -> None:
         """Wait at most ``wait`` seconds for a notification, and take every one that came."""
-        if not self.config.listen:
+        if not self.listens():
             time.sleep(wait)  # polling only: the wait is the poll's interval
             return
         listener = self.listener()
@@ -403,7 +427,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
 
     def drain_events(self, connection: Any, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        if self._consumed and self.config.listen:
+        if self._consumed and self.listens():
             self.listener()
         while True:
             if self.pump():
@@ -424,7 +448,7 @@ class Transport(virtual.Transport):  # type: ignore[misc]
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         self._hub = loop
-        if self.config.listen:
+        if self.listens():
             loop.add_reader(self.listener().fileno(), self._on_readable)
         loop.on_tick.add(self._on_tick)
         loop.call_repeatedly(self.polling_interval, self._on_poll)

@@ -189,6 +189,8 @@ class BrokerConfig:
     message_table: str
     listen: bool
     listen_conninfo: str
+    #: whether ``listen_url`` was given (past a pooler, LISTEN goes only where it says)
+    listen_given: bool
     prepare_threshold: int | None
     migrate: bool
     consumer_synchronous_commit: str
@@ -215,6 +217,7 @@ def check_broker(url: str, given: Mapping[str, Any]) -> BrokerConfig:
         message_table=known["message_tablename"],
         listen=known["listen"],
         listen_conninfo=conninfo if listen_url is None else conninfo_of(listen_url),
+        listen_given=listen_url is not None,
         prepare_threshold=known["prepare_threshold"],
         migrate=known["migrate"],
         consumer_synchronous_commit=known["consumer_synchronous_commit"],
