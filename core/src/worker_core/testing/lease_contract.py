@@ -302,9 +302,6 @@ def check_a_message_is_sent_once_per_key(transport: type[Transport], url: str, *
                 f"{broker.label}: send_once of a key sent already did not say so")
         _expect(lease.send_once(f"{key}-next", _publisher(queue, {"n": 3}), keep=60) is True,
                 f"{broker.label}: send_once of another key did not send")
-        received = broker.messages(queue)
-        _expect(received == [{"n": 1}, {"n": 3}],
-                f"{broker.label}: the queue received {received!r}, not the two messages sent once")
         records = lease.records()
         _expect(records is not None and records.get(field) == "1",
                 f"{broker.label}: the lease's records hold {records!r}, without {field!r}: '1'")
@@ -318,7 +315,12 @@ def check_a_message_is_sent_once_per_key(transport: type[Transport], url: str, *
             pass
         else:
             raise AssertionError(f"{broker.label}: send_once accepted a publish that sent nothing")
-        _expect(broker.messages(queue) == [], f"{broker.label}: a refused send_once left a message")
+        # Read last: taking the messages waits for the queue to stay empty, which may outlast the
+        # lease's ttl (the holder does not renew here); what the queue holds does not need the lease.
+        received = broker.messages(queue)
+        _expect(received == [{"n": 1}, {"n": 3}],
+                f"{broker.label}: the queue received {received!r}, not the two messages sent once (and "
+                f"nothing of the refused send_once)")
 
 
 def check_record_tables_keep_records(transport: type[Transport], url: str, *,
