@@ -16,7 +16,9 @@ app.conf.update(broker_connection_retry_on_startup=True, worker_hijack_root_logg
                 # a test's own queue: where this worker sends the next steps of a workflow too
                 task_default_queue=os.environ.get("CELERY_DEFAULT_QUEUE", "celery"),
                 result_extended=os.environ.get("CELERY_RESULT_EXTENDED") == "1",
-                broker_transport_options=json.loads(os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS", "{}")))
+                broker_transport_options=json.loads(os.environ.get("CELERY_BROKER_TRANSPORT_OPTIONS", "{}")),
+                # a kombu transport class of a plugin (the Redis Cluster's), else the URL's scheme
+                broker_transport=os.environ.get("CELERY_BROKER_TRANSPORT"))
 
 
 @app.task(name="apps.basic.add")
