@@ -171,13 +171,16 @@ class PgBouncer:
             user = "postgres"
         self.process = subprocess.Popen([program, str(ini)], user=user, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 30
-        while not answers(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                log = self.log.read_text() if self.log.exists() else ""
-                self.stop()
-                raise RuntimeError(f"PgBouncer on port {self.port} did not start: {log}")
-            time.sleep(0.05)
+        process = self.process
+        try:
+            wait_for(lambda: answers(self.port) or process.poll() is not None, 30, interval=0.05,
+                     message=f"PgBouncer on port {self.port} to start")
+            if process.poll() is not None:
+                raise RuntimeError(f"PgBouncer on port {self.port} did not start: "
+                                   f"{self.log.read_text() if self.log.exists() else ''}")
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def show(self, what: str) -> list[dict[str, object]]:
