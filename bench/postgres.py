@@ -214,14 +214,17 @@ def main() -> None:
     runs: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for repeat in range(args.repeat):
         for kind in kinds if repeat % 2 == 0 else reversed(kinds):
+            load = Path("/proc/loadavg").read_text().split()[0]
             runs[kind].append(measure(contenders[kind], args, sink, log))
-            print(f"  run {repeat + 1}/{args.repeat} {kind}: "
+            print(f"  run {repeat + 1}/{args.repeat} {kind} (load average {load} -> "
+                  f"{Path('/proc/loadavg').read_text().split()[0]}): "
                   + ", ".join(f"{k}={v:.4g}" for k, v in runs[kind][-1].items()), file=sys.stderr)
     median = {kind: {key: statistics.median(r[key] for r in runs[kind]) for key in runs[kind][0]}
               for kind in kinds}
     print(f"\nPostgreSQL {args.postgres}, Redis {args.redis}, concurrency {args.concurrency} (this worker: "
           f"prefork), {args.tasks} tasks per throughput run, {args.samples} latency samples, median of "
-          f"{args.repeat} runs")
+          f"{args.repeat} runs; load average (1, 5, 15 min) at the end "
+          f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     print(f"{'':36}" + "".join(f"{kind:>17}" for kind in kinds))
     for key, label, fmt in ROWS:
         print(f"{label:36}" + "".join(f"{fmt.format(median[kind][key]):>17}" for kind in kinds))
