@@ -1,6 +1,7 @@
 # Set-up commands for a fresh machine. Each creates the virtualenv it needs.
 #   make demo   run a worker on the embedded transport (no server) and watch tasks complete
-#   make test   run the whole test suite (needs Redis, RabbitMQ and PostgreSQL on localhost)
+#   make test   run the whole test suite (needs Redis, RabbitMQ and PostgreSQL on localhost), and the
+#               Django tests again on Django 6 (a second virtualenv, of Python 3.12)
 #   make docs   build the documentation site into site/ (mkdocs --strict)
 #   make bench  every benchmark in bench/, side by side with Celery (and Dramatiq on RabbitMQ)
 
@@ -13,7 +14,7 @@ DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_thr
                  -e ./plugins/transport_postgres[test] -e ./plugins/beat -e ./plugins/transport_redis_cluster \
                  -e ./plugins/otel -e ./plugins/django
 
-.PHONY: venv demo docs test test-fast test-stock bench lint
+.PHONY: venv demo docs test test-fast test-stock test-django6 bench lint
 
 # (the C extension is compiled when its distribution is installed: a changed source reinstalls)
 $(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
@@ -42,8 +43,9 @@ $(BIN)/.docs-installed: $(BIN)/.installed docs/requirements.txt
 docs: $(BIN)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The whole suite, then the broker tests once more on the libraries' own paths.
-test: test-fast test-stock
+# The whole suite, then the broker tests once more on the libraries' own paths, then the Django
+# tests again on Django 6.
+test: test-fast test-stock test-django6
 
 # pytest-xdist: most tests wait on worker processes and brokers rather than on the CPU, so more
 # pytest processes than cores pay off; each gets a redis-server and a RabbitMQ virtual host of its
@@ -65,6 +67,43 @@ STOCK_TESTS := tests/test_redis_transport.py tests/test_amqp_transport.py tests/
 
 test-stock: venv
 	WORKER_STOCK_KOMBU=1 WORKER_NO_EXTENSIONS=1 $(BIN)/python -m pytest $(PYTEST_XDIST) $(STOCK_TESTS)
+
+# Django 6: django.tasks is Django's own from 6.0 on, which needs Python 3.12 (the main virtualenv
+# has Django 5.2 and the django-tasks backport). A virtualenv of Python 3.12 with only what the
+# Django tests need runs them once per feature release of Django 6 that worker-django declares
+# (setup.cfg: Django>=5.2,<6.2): each with Django's own tests of its task backends (tests/tasks of
+# that release's sdist, unpacked into the virtualenv), run against worker-django's backend by
+# tests/test_django_suite.py.
+PYTHON312 ?= $(firstword $(wildcard /root/.pyenv/versions/3.12*/bin/python3.12) python3.12)
+VENV_DJANGO6 ?= .venv-django6
+DJANGO6_RELEASES ?= 6.0 6.1
+DJANGO6_DISTRIBUTIONS := -e ./core -e ./plugins/pool_prefork -e ./plugins/pool_threads -e ./plugins/transport_redis \
+                         -e ./plugins/transport_amqp -e ./plugins/transport_postgres -e ./plugins/django \
+                         'pytest>=8.1' 'pytest-timeout>=2.2' 'pytest-xdist>=3.5' 'psycopg[binary]>=3.1'
+DJANGO6_TESTS := tests/test_django_tasks.py tests/test_django_suite.py
+
+$(VENV_DJANGO6)/bin/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
+	$(PYTHON312) -m venv $(VENV_DJANGO6)
+	$(VENV_DJANGO6)/bin/pip install --disable-pip-version-check -q --upgrade pip
+	$(VENV_DJANGO6)/bin/pip install --disable-pip-version-check -q $(DJANGO6_DISTRIBUTIONS)
+	touch $@
+
+test-django6: $(VENV_DJANGO6)/bin/.installed
+	for release in $(DJANGO6_RELEASES); do \
+	    $(VENV_DJANGO6)/bin/pip install --disable-pip-version-check -q "Django==$$release.*" || exit 1; \
+	    version=$$($(VENV_DJANGO6)/bin/python -c "import django; print(django.__version__)"); \
+	    source=$(VENV_DJANGO6)/django-$$version; \
+	    if [ ! -d $$source/tests/tasks ]; then \
+	        rm -rf $$source.download && mkdir -p $$source.download && \
+	        $(VENV_DJANGO6)/bin/pip download --disable-pip-version-check -q --no-deps --no-binary :all: \
+	            -d $$source.download "Django==$$version" && \
+	        mkdir -p $$source && tar -xzf $$source.download/*.tar.gz -C $$source --strip-components 1 \
+	            --wildcards '*/tests/tasks' && rm -rf $$source.download || exit 1; \
+	    fi; \
+	    echo "Django $$version (Python 3.12): $(DJANGO6_TESTS)"; \
+	    DJANGO_SOURCE_TESTS=$$source/tests $(VENV_DJANGO6)/bin/python -m pytest $(PYTEST_XDIST) $(DJANGO6_TESTS) \
+	        || exit 1; \
+	done
 
 REDIS_BENCH ?= redis://127.0.0.1:6379/15
 AMQP_BENCH ?= amqp://guest:guest@127.0.0.1:5672//

@@ -22,6 +22,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 
+def _has_django_tasks() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("django.tasks") is not None
+    except ImportError:
+        return False
+
+
+# Django's own tests of its task backends need Django 6 (django.tasks): make test-django6 runs them
+collect_ignore = [] if _has_django_tasks() else ["test_django_suite.py"]
+
+
 class FakeSite:
     """A directory on ``sys.path`` holding fake installed distributions with entry points.
 

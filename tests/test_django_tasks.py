@@ -195,11 +195,14 @@ after = timezone.now() + timedelta(seconds=2)
 result = add.using(run_after=after).enqueue(1, 1)
 ready = add.get_result(result.id).status
 done = finished(result)
-print(json.dumps({"ready": ready, "late": done.started_at >= after,
+print(json.dumps({"ready": ready, "early": (after - done.started_at).total_seconds(),
                   "task_run_after": str(done.task.run_after), "after": str(after)}))
 """)
     assert seen["ready"] == "READY"
-    assert seen["late"] and seen["task_run_after"] == seen["after"]
+    # held for 2 s: the worker holds an ETA by the broker's clock, which it reads over the network
+    # (here the same machine's clock, known to within half that read's round trip)
+    assert seen["early"] <= 0.1, seen
+    assert seen["task_run_after"] == seen["after"]
 
 
 def test_the_higher_priority_runs_first(schema, brokers, tmp_path):
