@@ -122,6 +122,26 @@ class Channel(virtual.Channel):  # type: ignore[misc]
             rows.sort(key=lambda row: (-row[3], row[0]))
         return rows
 
+    def taken_again(self, row: Row, envelope: Any, queue: str) -> bool:
+        """Whether ``row`` is a message this process holds already (or acknowledged, not written
+        yet) under the same delivery tag: the database lost the take that leased it here (a
+        server crash before that commit was flushed, with ``consumer_synchronous_commit`` off)
+        and this take wrote it again. The copy is not delivered: the message held here runs once
+        and its acknowledgement settles the row. One line says so."""
+        row_id, delivered = row[0], row[1]
+        tag = f"{row_id}.{delivered}"
+        if not self.location.already_here(tag):
+            return False
+        headers = envelope.get("headers") if isinstance(envelope, dict) else None
+        task = headers.get("id") if isinstance(headers, dict) else None
+        logger.warning(
+            "Took message %s of queue %r (task %s, delivery %d) again while this worker holds it: the "
+            "database lost the earlier take (a crash before its commit was flushed); the copy is "
+            "dropped and the held message runs once",
+            row_id, queue, task or "?", delivered,
+        )
+        return True
+
     def envelope(self, row: Row, queue: str) -> Any:
         """The kombu envelope of a fetched row, or an :class:`Unreadable` saying why there is none
         (the consumer rejects it, which deletes it)."""

@@ -341,7 +341,9 @@ class Transport(virtual.Transport):  # type: ignore[misc]
                     self._marked.discard(queue_id)
                 room -= len(rows)
                 for row in rows:
-                    self._deliver(channel.envelope(row, queue), queue)
+                    envelope = channel.envelope(row, queue)
+                    if not channel.taken_again(row, envelope, queue):
+                        self._deliver(envelope, queue)
                 delivered = delivered or bool(rows)
             if len(queues) > 1:  # the next turn starts with the next queue
                 channel._active_queues[:] = [*queues[1:], queues[0]]

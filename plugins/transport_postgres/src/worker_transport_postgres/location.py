@@ -97,6 +97,12 @@ class Location:
     def owner_of(self, tag: str) -> object | None:
         return self._held.get(tag)
 
+    def already_here(self, tag: str) -> bool:
+        """Whether the delivery ``tag`` is held here or acknowledged here and not written yet: a
+        row taken again under the same tag lost the earlier take (see :meth:`Channel.taken_again`)."""
+        with self._lock:
+            return tag in self._held or tag in self._acks
+
     def release(self, tag: str) -> None:
         self._held.pop(tag, None)
 
