@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import sys
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ import pytest
 import redis
 from conftest import REDIS_PORT, redis_db, require_server
 from faults import TcpProxy
+from workers import wait_for
 
 from worker_core.app.settings import Settings
 from worker_core.exceptions import ConfigurationError, ResultTimeout
@@ -154,7 +156,7 @@ def test_bad_backend_urls_and_options_are_refused(url: str, options: dict[str, A
 
 def store_later(task_id: str, delay: float, value: Any = 42, url: str = URL) -> threading.Thread:
     def store() -> None:
-        time.sleep(delay)
+        time.sleep(delay)  # stored a while later: the waiting under test
         backend(url).store_result(task_id, value, "SUCCESS")
 
     thread = threading.Thread(target=store)
@@ -180,7 +182,7 @@ def test_wait_for_wakes_within_milliseconds_of_the_store_without_polling(task_id
     stored_at: list[float] = []
 
     def store() -> None:
-        time.sleep(0.3)
+        time.sleep(0.3)  # stored a while later: the waiting under test
         stored_at.append(time.monotonic())
         backend().store_result(task_ids[0], "done", "SUCCESS")
 
@@ -256,6 +258,16 @@ def test_a_forked_child_stores_on_its_own_connection_and_the_parent_keeps_workin
     _shared.close()
 
 
+def _inside(thread: threading.Thread, function: str, package: str) -> bool:
+    """Whether ``thread`` is running ``function`` of ``package`` now (anywhere in its stack)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None:
+        if frame.f_code.co_name == function and package in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def test_wait_for_reads_the_result_again_after_its_connection_comes_back(raw: redis.Redis,
                                                                           task_ids: list[str]) -> None:
     proxy = TcpProxy("127.0.0.1", REDIS_PORT)
@@ -265,10 +277,10 @@ def test_wait_for_reads_the_result_again_after_its_connection_comes_back(raw: re
         waited: dict[str, Any] = {}
         thread = threading.Thread(target=lambda: waited.update(results.wait_for(task_ids[0], timeout=10)))
         thread.start()
-        time.sleep(0.3)
+        wait_for(lambda: _inside(thread, "wait_for", "worker_transport_redis"), message="the wait to begin")
         proxy.cut()  # the subscriber connection drops; the PUBLISH below reaches nobody
         backend().store_result(task_ids[0], "while you were away", "SUCCESS")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the behaviour under test: the connection stays down a while
         proxy.restore()
         thread.join(timeout=10)
     finally:
