@@ -40,7 +40,7 @@ def test_it_shrinks_to_demand_but_not_below_min_only_after_the_keepalive(pool):
     demand[0] = 0
     scaler.maybe_scale()
     assert pool.num_processes == 4  # within the keepalive: no shrinking
-    time.sleep(0.35)
+    time.sleep(0.35)  # the behaviour under test: the keepalive passes
     scaler.maybe_scale()
     assert pool.num_processes == 2
 

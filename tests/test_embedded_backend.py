@@ -79,7 +79,7 @@ def test_results_expire_after_result_expires_seconds(url: str) -> None:
     backend = EmbeddedBackend(url, Settings(result_expires=0.2))
     backend.store_result("t1", 1, SUCCESS)
     assert backend.get_task_meta("t1")["status"] == SUCCESS
-    time.sleep(0.3)
+    time.sleep(0.3)  # the behaviour under test: past result_expires
     assert backend.get_task_meta("t1")["status"] == PENDING
     backend.store_result("t1", 2, SUCCESS)  # an expired SUCCESS no longer blocks a new one
     assert backend.get_task_meta("t1")["result"] == 2
@@ -108,7 +108,7 @@ def test_wait_for_returns_as_soon_as_another_process_stores_the_result(
         from worker_core.app.settings import Settings
         from worker_core.results.embedded import EmbeddedBackend
         backend = EmbeddedBackend(sys.argv[1], Settings())
-        time.sleep(0.3)
+        time.sleep(0.3)  # stored a while later: the waiting under test
         backend.store_result("t1", "done", "SUCCESS")
         print(time.time(), flush=True)
         """

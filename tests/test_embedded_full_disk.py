@@ -108,7 +108,7 @@ def test_a_full_disk_makes_the_worker_back_off_naming_the_file_and_nothing_is_lo
     worker.wait_log("Cannot connect to", timeout=15)
     # A window of back-off: a few attempts, each one line naming the file, and an idle process.
     log, cpu, started = worker.log(), cpu_seconds(worker.pid), time.monotonic()
-    time.sleep(4)
+    time.sleep(4)  # the behaviour under test: what 4 s of back-off look like
     window = worker.log()[len(log):].splitlines()
     cpu, elapsed = cpu_seconds(worker.pid) - cpu, time.monotonic() - started
     attempts = [line for line in window if "Cannot connect to" in line]
@@ -169,7 +169,7 @@ def test_the_write_ahead_log_stays_small_under_load(workers, tmp_path: Path) -> 
         nonlocal peak
         while not done.is_set():
             peak = max(peak, wal.stat().st_size if wal.exists() else 0)
-            time.sleep(0.01)
+            time.sleep(0.01)  # the sampling period of the measurement
 
     watcher = threading.Thread(target=watch)
     watcher.start()

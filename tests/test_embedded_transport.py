@@ -20,6 +20,7 @@ from typing import Any
 import kombu
 import pytest
 from kombu.pidbox import Mailbox
+from workers import wait_for
 
 from worker_core.app.settings import Settings
 from worker_core.exceptions import ConfigurationError
@@ -324,7 +325,7 @@ def test_messages_reserved_by_a_killed_consumer_come_back_to_a_new_consumer(
             while len(got) < 3:
                 connection.drain_events(timeout=5)
         print("holding", flush=True)
-        time.sleep(60)
+        time.sleep(60)  # holds the messages until the test kills it
         """,
     ) as process:
         assert process.stdout is not None
@@ -353,12 +354,12 @@ def test_reservations_not_renewed_within_the_visibility_timeout_are_restored(tmp
         with kombu.Consumer(connection, [queue], callbacks=[lambda body, message: got.append(body)]):
             connection.drain_events(timeout=5)
             print("holding", flush=True)
-            time.sleep(60)
+            time.sleep(60)  # stuck: holds the message until the test kills it
         """,
     ) as process:
         assert process.stdout is not None
         assert process.stdout.readline().strip() == "holding"
-        time.sleep(0.6)
+        time.sleep(0.6)  # the behaviour under test: past the visibility timeout (0.5 s)
         with connect(impatient) as connection:
             [message] = consume(connection, [queue], limit=1, idle=2)
         assert (message.payload, message.delivery_info["redelivered"]) == ("stuck", True)
@@ -460,7 +461,7 @@ def test_expired_messages_are_not_delivered(transport: EmbeddedTransport) -> Non
         publish(connection, short, "queue-ttl")
         publish(connection, task_queue("tasks"), "own-ttl", expiration=0.2)
         publish(connection, task_queue("tasks"), "keeps")
-        time.sleep(0.3)
+        time.sleep(0.3)  # the behaviour under test: past the messages' time to live
         assert transport.queue_depth(connection, "short") == 0
         assert [m.payload for m in consume(connection, [short, task_queue("tasks")])] == ["keeps"]
 
@@ -603,13 +604,18 @@ def test_a_fork_waits_while_another_thread_is_inside_the_database(tmp_path: Path
         forker.join(5)
     assert forked.is_set()
     [pid] = children
-    deadline = time.monotonic() + 10
-    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            pytest.fail("the child blocked in its first SQLite call")
-        time.sleep(0.01)
-    assert os.waitstatus_to_exitcode(done[1]) == 0
+
+    def reaped() -> tuple[int, int] | None:
+        found, status = os.waitpid(pid, os.WNOHANG)
+        return (found, status) if found else None
+
+    try:
+        _, status = wait_for(reaped, 10, interval=0.01, message="the child to exit (it blocked in its first "
+                                                              "SQLite call?)")
+    except AssertionError:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise
+    assert os.waitstatus_to_exitcode(status) == 0
     with database.locked() as connection:  # the parent's connection is still usable
         assert connection.execute("SELECT 2").fetchone() == (2,)

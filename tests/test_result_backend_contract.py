@@ -97,7 +97,7 @@ def test_a_wait_for_that_gives_up_without_result_timeout_is_caught(tmp_path: Pat
     class Impatient(EmbeddedBackend):
         def wait_for(self, task_id: str, timeout: float | None = None,
                      interval: float = 0.5) -> Mapping[str, Any]:
-            time.sleep(timeout or 0)
+            time.sleep(timeout or 0)  # the backend under test waits out its timeout, then fails wrongly
             raise TimeoutError(task_id)
 
     _fails(Impatient, f"embedded://{tmp_path}/r.db", "wait_for_raises_result_timeout_after_its_timeout",

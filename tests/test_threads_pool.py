@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from workers import wait_for
 
 from worker_core.exceptions import ConfigurationError, PoolError, WorkerLostError
 from worker_core.slots import PoolOptions
@@ -82,15 +83,10 @@ def test_grow_and_shrink_under_load(release: str) -> None:
         assert pool.num_processes == 4
         for probe in [runner.submit(jobs.add, (index, 1)) for index in range(4)]:
             probe.wait(5.0)
-        deadline = time.monotonic() + 5
-        while pool.info()["idle"] < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: pool.info()["idle"] >= 2, 5, interval=0.01, message="two idle threads")
         pool.shrink(2)
         assert pool.num_processes == 2
-        deadline = time.monotonic() + 5
-        while pool.info()["threads"] != 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert pool.info()["threads"] == 2
+        wait_for(lambda: pool.info()["threads"] == 2, 5, interval=0.01, message="two threads")
         Path(release).touch()
         for probe in held:
             assert probe.wait().result == "released"
@@ -107,10 +103,7 @@ def test_shrink_right_after_grow_retires_threads_still_starting() -> None:
         pool.shrink(3)
         assert pool.num_processes == 1
         gate.set()
-        deadline = time.monotonic() + 5
-        while pool.info()["threads"] != 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert pool.info()["threads"] == 1
+        wait_for(lambda: pool.info()["threads"] == 1, 5, interval=0.01, message="the pool down to one thread")
         assert runner.submit(jobs.add, (2, 3)).wait(5.0).result == 5
         runner.stop()
 
@@ -147,7 +140,7 @@ def test_terminate_does_not_hang_on_a_stuck_thread(release: str) -> None:
         for probe in queued:
             assert isinstance(probe.error, WorkerLostError) and "never started" in str(probe.error)
         Path(release).touch()  # the abandoned thread finishes now: its late result is dropped
-        time.sleep(0.1)
+        time.sleep(0.1)  # a negative: time for its late result to show, were it not dropped
         assert stuck.kinds() == ["accept", "error"]
 
 

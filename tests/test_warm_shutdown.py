@@ -229,7 +229,7 @@ def test_after_sigterm_then_sigkill_another_worker_runs_what_had_not_started_at_
     running, others = hold_a_hundred(worker=first, broker=broker, tmp_path=tmp_path)
     first.signal(signal.SIGTERM)
     # a grace period shorter than the running tasks, then the kill (Kubernetes' SIGKILL)
-    time.sleep(2.0)
+    time.sleep(2.0)  # the grace period under test
     first.crash()
     assert sorted(basic.lines(running)) == ["start-0", "start-1"]
     assert broker.waiting() >= NOT_STARTED  # RabbitMQ adds the two running ones as it sees the kill

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from apps import basic
-from workers import TESTS, children_of, wait_for
+from workers import TESTS, ask, children_of, wait_for
 
 from worker_core.exceptions import TimeLimitExceeded, WorkerLostError
 
@@ -90,8 +90,7 @@ def test_sigterm_to_every_process_at_once_lets_the_running_task_finish(start, tm
     worker = start()
     proof = tmp_path / "ran.txt"
     result = basic.record_slowly.delay(str(proof), "finished", 1.0)
-    wait_for(lambda: " received" in worker.log())
-    time.sleep(0.2)
+    wait_for(lambda: ask(basic.app, "active"), message="the task to run")
     children = children_of(worker.pid)
     for pid in (worker.pid, *children):
         os.kill(pid, signal.SIGTERM)
@@ -107,9 +106,8 @@ def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_p
     worker = start()
     proof = tmp_path / "ran.txt"
     result = basic.record_slowly.delay(str(proof), "late", 5)
-    wait_for(lambda: " received" in worker.log())
+    wait_for(lambda: ask(basic.app, "active"), message="the task to run")
     children = children_of(worker.pid)
-    time.sleep(0.3)
     worker.signal(signal.SIGQUIT)
     assert worker.process.wait(timeout=15) == 0
     for child in children:
