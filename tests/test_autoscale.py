@@ -8,11 +8,10 @@ import time
 
 import pytest
 from apps import basic
-from workers import TESTS, children_of, wait_for
+from workers import TESTS, ask, children_of, wait_for
 
 from worker_autoscale_backlog import BacklogAutoscaler
 from worker_core.autoscale.default import DemandAutoscaler
-from worker_core.control.client import broadcast
 from worker_core.slots import PoolOptions
 from worker_pool_threads.pool import ThreadPool
 
@@ -115,14 +114,9 @@ def test_the_backlog_autoscaler_does_not_shrink_while_work_waits(pool):
 # -- in a real worker --------------------------------------------------------------------------
 
 
-def _stats(name: str) -> dict:
-    [reply] = broadcast(basic.app, "stats", destination=[name], timeout=5)  # back with the reply
-    return reply[name]
-
-
 #: the worker the remote-control tests ask by name: a broadcast to named workers returns once each
 #: replied, not after its timeout
-SCALER = ["scaler@test"]
+SCALER = "scaler@test"
 
 
 @pytest.mark.parametrize("autoscaler", ["default", "backlog"])
@@ -133,24 +127,22 @@ def test_a_worker_scales_up_under_load_and_down_after_the_keepalive(workers, emb
     assert len(children_of(worker.pid)) == 1
     results = [basic.sleep.delay(1.0) for _ in range(6)]
     wait_for(lambda: len(children_of(worker.pid)) == 3, timeout=10, message="three children")
-    assert _stats("scaler@test")["autoscaler"]["max"] == 3
+    assert ask(basic.app, "stats", worker="scaler@test")["autoscaler"]["max"] == 3
     assert [r.get(timeout=30) for r in results] == [1.0] * 6
     wait_for(lambda: len(children_of(worker.pid)) == 1, timeout=40, message="back to one child")
-    assert _stats("scaler@test")["autoscaler"]["current"] == 1
+    assert ask(basic.app, "stats", worker="scaler@test")["autoscaler"]["current"] == 1
 
 
 def test_control_autoscale_changes_the_range_and_the_prefetch_at_run_time(workers, embedded_broker):
     workers.start("--autoscale", "4,1", "-n", "scaler@test", pool="threads", broker=embedded_broker,
                   env={"PYTHONPATH": str(TESTS)})
-    before = _stats("scaler@test")
+    before = ask(basic.app, "stats", worker="scaler@test")
     assert before["prefetch_count"] == 16  # max concurrency x multiplier
-    [reply] = broadcast(basic.app, "autoscale", {"max": 6, "min": 2}, destination=SCALER, timeout=5)
-    assert reply == {"scaler@test": {"ok": "autoscale now max=6 min=2"}}
-    after = _stats("scaler@test")
+    assert ask(basic.app, "autoscale", worker=SCALER, max=6, min=2) == {"ok": "autoscale now max=6 min=2"}
+    after = ask(basic.app, "stats", worker="scaler@test")
     assert (after["autoscaler"]["max"], after["autoscaler"]["min"]) == (6, 2)
     assert after["autoscaler"]["current"] >= 2
     assert after["prefetch_count"] == 24
-    [reply] = broadcast(basic.app, "pool_grow", {"n": 1}, destination=SCALER, timeout=5)
-    assert "not available while the autoscaler is on" in reply["scaler@test"]["error"]
-    [reply] = broadcast(basic.app, "autoscale", {"max": 2, "min": 5}, destination=SCALER, timeout=5)
-    assert "MIN may not exceed MAX" in reply["scaler@test"]["error"]
+    refused = ask(basic.app, "pool_grow", worker=SCALER, n=1)
+    assert "not available while the autoscaler is on" in refused["error"]
+    assert "MIN may not exceed MAX" in ask(basic.app, "autoscale", worker=SCALER, max=2, min=5)["error"]

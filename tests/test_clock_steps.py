@@ -16,9 +16,7 @@ import redis
 from apps import basic
 from conftest import REDIS_TEST_URL
 from faults import FakeClock, RedisServer
-from workers import TESTS, wait_for
-
-from worker_core.control.client import broadcast
+from workers import TESTS, ask, wait_for
 
 VISIBILITY_TIMEOUT = 2
 OPTIONS = json.dumps({"visibility_timeout": VISIBILITY_TIMEOUT, "unacked_restore_interval": 0.5,
@@ -45,11 +43,6 @@ def client(server: RedisServer):
     basic.app.conf.update(broker_url=None, broker_transport_options={})
 
 
-def _stats(name: str) -> dict:
-    [reply] = broadcast(basic.app, "stats", {}, destination=[name], timeout=5, limit=1)
-    return reply[name]
-
-
 @pytest.mark.parametrize("step", [-HOUR, HOUR], ids=["back", "forward"])
 def test_countdowns_held_through_a_clock_step_run_on_time(workers, server, client, tmp_path, step):
     clock = FakeClock(tmp_path)
@@ -71,7 +64,7 @@ def test_countdowns_held_through_a_clock_step_run_on_time(workers, server, clien
     log = worker.log()
     assert log.count("The wall clock jumped") == 1
     assert "10 task(s) held for their countdown or ETA re-armed at once" in log
-    assert _stats(worker.name)["wall_clock"]["wall_jumps"] == 1
+    assert ask(basic.app, "stats", worker=worker.name)["wall_clock"]["wall_jumps"] == 1
 
 
 @pytest.mark.parametrize("offset", [-HOUR, HOUR], ids=["behind", "ahead"])
@@ -87,13 +80,12 @@ def test_a_worker_an_hour_off_beside_a_correct_one_takes_no_lease_and_loses_none
     for n in range(12):
         basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=6 * VISIBILITY_TIMEOUT)
     wait_for(lambda: skewed.log().count(" received") == 12, message="the skewed worker to hold twelve")
-    [reply] = broadcast(basic.app, "add_consumer", {"queue": "celery"}, destination=[correct.name],
-                        timeout=10, limit=1)
-    assert "ok" in reply[correct.name], reply
+    added = ask(basic.app, "add_consumer", worker=correct.name, timeout=10, queue="celery")
+    assert "ok" in added, added
     for n in range(12, 18):
         basic.count.apply_async((REDIS_TEST_URL, key, n), countdown=6 * VISIBILITY_TIMEOUT)
     wait_for(lambda: correct.log().count(" received") == 6, message="the correct worker to hold six")
-    skew = _stats(skewed.name)["wall_clock"]["broker_skew"]
+    skew = ask(basic.app, "stats", worker=skewed.name)["wall_clock"]["broker_skew"]
     assert abs(skew + offset) < 5, skew  # the broker's clock minus the worker's
     wait_for(lambda: len(basic.runs(REDIS_TEST_URL, key)) == 18, timeout=30, message="every countdown to run")
     wait_for(lambda: redis.Redis.from_url(server.url).hlen("unacked") == 0, message="every task acknowledged")

@@ -16,9 +16,7 @@ import redis
 from apps import basic
 from conftest import REDIS_TEST_URL
 from faults import RedisServer
-from workers import TESTS, wait_for
-
-from worker_core.control.client import broadcast
+from workers import TESTS, ask, wait_for
 
 FAST_RETRY = '{"interval_start": 0.2, "interval_step": 0.2, "interval_max": 0.5}'
 ENV = {"PYTHONPATH": str(TESTS), "WORKER_BROKER_TRANSPORT_OPTIONS": FAST_RETRY}
@@ -40,11 +38,6 @@ def client(server: RedisServer):
     yield basic.app
     basic.app.close()
     basic.app.conf.update(broker_url=None, result_backend=None)
-
-
-def _stats(name: str) -> dict:
-    [reply] = broadcast(basic.app, "stats", {}, destination=[name], timeout=5, limit=1)
-    return reply[name]
 
 
 def _unexpected(log: str) -> list[str]:
@@ -96,7 +89,7 @@ def test_a_refusing_redis_is_waited_out_with_one_line_each_way_and_every_result_
     assert "Connection to broker lost" not in log
     # one line each way for the consumer, and for the result backend in each process that stores
     assert len(_unexpected(log)) <= 2 + 2 * 3, "\n".join(_unexpected(log))
-    state = _stats(worker.name)["broker_state"]
+    state = ask(basic.app, "stats", worker=worker.name)["broker_state"]
     assert state["refusing"] is None and state["refusals"] == 1 and state["refused_seconds"] > 1
     assert worker.stop() == 0
 

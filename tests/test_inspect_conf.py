@@ -4,9 +4,8 @@ secrets hidden."""
 from __future__ import annotations
 
 from apps import basic
-from workers import TESTS
+from workers import TESTS, ask
 
-from worker_core.control.client import broadcast
 from worker_core.redaction import redact_value
 
 
@@ -22,14 +21,8 @@ def test_passwords_and_secret_looking_values_are_hidden():
 
 def test_conf_lists_what_differs_from_the_defaults_or_everything(workers, embedded_broker):
     workers.start(broker=embedded_broker, env={"PYTHONPATH": str(TESTS), "WORKER_TASK_ACKS_LATE": "true"})
-
-    def ask(**arguments):
-        [reply] = broadcast(basic.app, "conf", arguments, timeout=5, limit=1)
-        [answer] = reply.values()
-        return answer
-
-    changed = ask()
+    changed = ask(basic.app, "conf")
     assert changed["broker_url"] == embedded_broker and changed["task_acks_late"] is True
     assert "worker_prefetch_multiplier" not in changed
-    everything = ask(with_defaults=True)
+    everything = ask(basic.app, "conf", with_defaults=True)
     assert everything["worker_prefetch_multiplier"] == 4 and everything["task_acks_late"] is True

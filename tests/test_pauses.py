@@ -20,9 +20,7 @@ import redis
 from apps import basic
 from conftest import REDIS_TEST_URL
 from faults import RedisServer
-from workers import TESTS, children_of, wait_for
-
-from worker_core.control.client import broadcast
+from workers import TESTS, ask, children_of, wait_for
 
 VISIBILITY_TIMEOUT = 2
 #: every worker looks for leases older than the timeout twice a second (kombu: every 10 s)
@@ -96,9 +94,8 @@ def _succeeded(log: str) -> dict[int, float]:
 
 def _consume(worker, queue: str) -> None:
     """Have ``worker`` consume ``queue`` too (remote ``add_consumer``)."""
-    [reply] = broadcast(basic.app, "add_consumer", {"queue": queue}, destination=[worker.name], timeout=10,
-                        limit=1)
-    assert "ok" in reply[worker.name], reply
+    added = ask(basic.app, "add_consumer", worker=worker.name, timeout=10, queue=queue)
+    assert "ok" in added, added
 
 
 def test_beside_another_worker_only_the_tasks_running_at_the_pause_run_twice(workers, server, client):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from apps import basic
 from conftest import REDIS_PORT, WorkerFactory, empty_redis, redis_db, require_server
-from workers import TESTS, wait_for
+from workers import TESTS, ask, wait_for
 
 from worker_core.control.client import broadcast
 
@@ -40,42 +40,38 @@ def client(worker: Any) -> Iterator[Any]:
     basic.app.close()
 
 
-def ask(client: Any, worker: Any, command: str, **arguments: Any) -> Any:
-    [reply] = broadcast(client, command, arguments, destination=[worker.name], timeout=5)
-    return reply[worker.name]
-
-
 def test_the_logical_clock_moves_on_with_each_request_and_each_event(worker, client):
-    first = ask(client, worker, "clock")["clock"]
-    second = ask(client, worker, "clock")["clock"]
+    first = ask(client, "clock", worker=worker.name)["clock"]
+    second = ask(client, "clock", worker=worker.name)["clock"]
     assert second > first  # the request itself moved it on
     # heartbeats go out every 0.5 s: between two requests the clock moves by more than one
     readings = [second]
 
     def moved_by_events() -> bool:
-        readings.append(ask(client, worker, "clock")["clock"])
+        readings.append(ask(client, "clock", worker=worker.name)["clock"])
         return readings[-1] - readings[-2] > 1
 
     wait_for(moved_by_events, timeout=10, interval=0.6, message="a heartbeat to move the clock")
-    stats = ask(client, worker, "stats")
+    stats = ask(client, "stats", worker=worker.name)
     assert isinstance(stats["clock"], str) and int(stats["clock"]) > readings[-1]  # a string, as Celery's
 
 
 def test_report_memsample_and_memdump_answer_as_celerys(worker, client):
-    report = ask(client, worker, "report")["ok"]
+    report = ask(client, "report", worker=worker.name)["ok"]
     assert "\nsoftware -> worker-core:" in report and "settings -> transport:redis results:disabled" in report
     assert f"broker_url: '{REDIS_URL}'" in report  # the settings follow, as Celery's report shows them
-    samples = [ask(client, worker, "memsample") for _ in range(2)]
+    samples = [ask(client, "memsample", worker=worker.name) for _ in range(2)]
     assert all(sample.endswith("MB") and float(sample[:-2]) > 1 for sample in samples)
-    dump = ask(client, worker, "memdump")
+    dump = ask(client, "memdump", worker=worker.name)
     assert dump.startswith("- rss (sample):\n") and f"-    > {samples[0]},\n" in dump
     assert dump.splitlines()[-1].startswith("- rss (end): ")
-    assert ask(client, worker, "memdump").startswith("- rss (end): ")  # the samples were forgotten
+    # the samples were forgotten
+    assert ask(client, "memdump", worker=worker.name).startswith("- rss (end): ")
 
 
 def test_objgraph_draws_a_picture_of_the_workers_requests(worker, client):
     pytest.importorskip("objgraph")
-    reply = ask(client, worker, "objgraph", type="RevokedIds", num=5, max_depth=2)
+    reply = ask(client, "objgraph", worker=worker.name, type="RevokedIds", num=5, max_depth=2)
     with open(reply["filename"], "rb") as picture:
         assert picture.read(8) == b"\x89PNG\r\n\x1a\n"
     os.unlink(reply["filename"])
@@ -90,15 +86,16 @@ def test_objgraph_without_the_library_answers_what_to_install(monkeypatch):
 
 
 def test_registered_shows_the_task_info_items_as_celery_formats_them(worker, client):
-    listed = ask(client, worker, "registered")
+    listed = ask(client, "registered", worker=worker.name)
     assert "apps.basic.record_limited [rate_limit=5/s]" in listed and "apps.basic.add" in listed
-    asked = ask(client, worker, "registered", taskinfoitems=["rate_limit", "max_retries", "_secret"])
+    asked = ask(client, "registered", worker=worker.name,
+                taskinfoitems=["rate_limit", "max_retries", "_secret"])
     assert "apps.basic.record_limited [rate_limit=5/s max_retries=3]" in asked
     assert "apps.basic.always_retry [max_retries=2]" in asked
 
 
 def test_stats_has_celerys_field_types(worker, client):
-    stats = ask(client, worker, "stats")
+    stats = ask(client, "stats", worker=worker.name)
     assert isinstance(stats["uptime"], int) and isinstance(stats["clock"], str) and stats["pid"] == worker.pid
     assert stats["broker"]["transport"] == "redis"  # named as Celery names it, not a class
     assert {"utime", "stime", "maxrss", "minflt", "nvcsw", "nivcsw"} <= set(stats["rusage"])
@@ -108,29 +105,30 @@ def test_stats_has_celerys_field_types(worker, client):
 def test_scheduled_entries_carry_celerys_priority_and_request_fields(worker, client):
     result = basic.add.apply_async((1, 2), countdown=60, priority=5)
     worker.wait_log(f"[{result.id}] received")
-    [entry] = [entry for entry in ask(client, worker, "scheduled") if entry["request"]["id"] == result.id]
+    [entry] = [entry for entry in ask(client, "scheduled", worker=worker.name)
+               if entry["request"]["id"] == result.id]
     assert entry["priority"] == 6  # Celery's ETA timer entries' priority
     assert set(entry["request"]) == {"id", "name", "args", "kwargs", "type", "hostname", "time_start",
                                      "acknowledged", "delivery_info", "worker_pid"}
     assert entry["request"]["args"] == [1, 2] and entry["request"]["delivery_info"]["priority"] == 5
-    ask(client, worker, "revoke", task_id=[result.id])
+    ask(client, "revoke", worker=worker.name, task_id=[result.id])
 
 
 def test_pool_restart_is_refused_without_worker_pool_restarts(worker, client):
-    assert ask(client, worker, "pool_restart") == {
+    assert ask(client, "pool_restart", worker=worker.name) == {
         "error": "pool restarts are not enabled on this worker: set worker_pool_restarts = True in its "
                  "configuration (WORKER_WORKER_POOL_RESTARTS=true) to allow pool_restart"}
 
 
 def test_old_names_of_commands_are_answered(worker, client):
-    assert ask(client, worker, "dump_tasks") == ask(client, worker, "registered")
-    assert ask(client, worker, "dump_conf")["broker_url"] == REDIS_URL
+    assert ask(client, "dump_tasks", worker=worker.name) == ask(client, "registered", worker=worker.name)
+    assert ask(client, "dump_conf", worker=worker.name)["broker_url"] == REDIS_URL
 
 
 def test_hello_trades_revoked_ids_and_the_clock_with_a_starting_celery_worker(worker, client):
-    reply = ask(client, worker, "hello", from_node="celery@elsewhere", revoked=["from-celery"])
+    reply = ask(client, "hello", worker=worker.name, from_node="celery@elsewhere", revoked=["from-celery"])
     assert "from-celery" in reply["revoked"] and isinstance(reply["clock"], int)
-    assert "from-celery" in ask(client, worker, "revoked")
+    assert "from-celery" in ask(client, "revoked", worker=worker.name)
 
 
 @pytest.fixture(scope="module")
@@ -145,13 +143,13 @@ def prefork(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 def test_pool_restart_replaces_every_process_once_its_task_is_done(prefork, client, tmp_path):
     wait_for(lambda: broadcast(basic.app, "ping", destination=[prefork.name], timeout=0.5), timeout=20,
              message="the prefork worker to answer a ping")
-    before = set(ask(client, prefork, "stats")["pool"]["processes"])
+    before = set(ask(client, "stats", worker=prefork.name)["pool"]["processes"])
     running = basic.sleep.apply_async((1.5,), queue="restarts")
     prefork.wait_log(f"[{running.id}] received")
-    assert ask(client, prefork, "pool_restart") == {"ok": "reload started"}
+    assert ask(client, "pool_restart", worker=prefork.name) == {"ok": "reload started"}
 
     def replaced() -> bool:
-        now = set(ask(client, prefork, "stats")["pool"]["processes"])
+        now = set(ask(client, "stats", worker=prefork.name)["pool"]["processes"])
         return len(now) == 2 and not now & before
 
     wait_for(replaced, timeout=20, interval=0.3, message="two new pool processes")

@@ -118,16 +118,13 @@ def test_cold_shutdown_kills_children_and_acks_late_work_comes_back(start, tmp_p
 
 
 def test_the_pool_grows_and_shrinks_on_command_under_load(start, embedded_broker):
-    from worker_core.control.client import broadcast
 
     worker = start()
     running = [basic.sleep.delay(1.0) for _ in range(4)]
-    [reply] = broadcast(basic.app, "pool_grow", {"n": 2}, timeout=5)
-    assert list(reply.values()) == [{"ok": "pool will grow"}]
+    assert ask(basic.app, "pool_grow", n=2) == {"ok": "pool will grow"}
     wait_for(lambda: len(children_of(worker.pid)) == 4, message="four children")
     assert [r.get(timeout=30) for r in running] == [1.0] * 4
-    [reply] = broadcast(basic.app, "pool_shrink", {"n": 3}, timeout=5)
-    assert list(reply.values()) == [{"ok": "pool will shrink"}]
+    assert ask(basic.app, "pool_shrink", n=3) == {"ok": "pool will shrink"}
     wait_for(lambda: len(children_of(worker.pid)) == 1, message="one child")
     assert basic.add.delay(3, 4).get(timeout=30) == 7
 
@@ -147,25 +144,20 @@ def test_a_task_that_kills_its_process_every_time_stops_after_the_redelivery_lim
 
 
 def test_the_time_limit_command_sets_a_tasks_limits_for_the_tasks_that_start_next(start):
-    from worker_core.control.client import broadcast
 
     worker = start()
-    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep", "hard": 0.5},
-                        timeout=5, limit=1)
-    assert list(reply.values()) == [{"ok": "time limits set successfully"}]
+    assert ask(basic.app, "time_limit", task_name="apps.basic.sleep", hard=0.5) == {
+        "ok": "time limits set successfully"}
     started = time.monotonic()
     with pytest.raises(TimeLimitExceeded):
         basic.sleep.delay(30).get(timeout=30)
     assert time.monotonic() - started < 10
     worker.wait_log("New time limits for tasks of type apps.basic.sleep: soft=None hard=0.5")
-    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep", "soft": 2, "hard": 1},
-                        timeout=5, limit=1)
-    assert list(reply.values()) == [{"error": "soft_time_limit (2s) must be shorter than time_limit (1s): "
-                                              "the soft limit warns the task before the hard limit kills it"}]
-    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.sleep"}, timeout=5, limit=1)
-    assert list(reply.values()) == [{"ok": "time limits set successfully"}]
-    [reply] = broadcast(basic.app, "time_limit", {"task_name": "apps.basic.slep", "hard": 1}, timeout=5,
-                        limit=1)
-    assert list(reply.values()) == [
-        {"error": "unknown task 'apps.basic.slep'. Did you mean 'apps.basic.sleep'?"}]
+    assert ask(basic.app, "time_limit", task_name="apps.basic.sleep", soft=2, hard=1) == {
+        "error": "soft_time_limit (2s) must be shorter than time_limit (1s): "
+                 "the soft limit warns the task before the hard limit kills it"}
+    assert ask(basic.app, "time_limit", task_name="apps.basic.sleep") == {
+        "ok": "time limits set successfully"}
+    assert ask(basic.app, "time_limit", task_name="apps.basic.slep", hard=1) == {
+        "error": "unknown task 'apps.basic.slep'. Did you mean 'apps.basic.sleep'?"}
     assert basic.sleep.delay(1).get(timeout=30) == 1  # limits lifted again
