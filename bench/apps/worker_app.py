@@ -1,6 +1,7 @@
 """The benchmark tasks for this project's worker (broker from BENCH_BROKER)."""
 
 import os
+from pathlib import Path
 
 import sink
 
@@ -14,6 +15,12 @@ if os.environ.get("BENCH_OTEL") == "1":  # compare.py --otel: the worker runs wi
     @app.hook(tryfirst=True)  # before worker-otel's, which would set a provider up from OTEL_*
     def worker_process_init(pid):
         tracing.set_up()
+
+
+if os.environ.get("BENCH_READY_DIR"):  # redis_cluster.py: each worker marks when it is ready
+    @app.hook
+    def worker_ready(worker):
+        Path(os.environ["BENCH_READY_DIR"], str(os.getpid())).touch()
 
 
 if os.environ.get("BENCH_ASYNC") == "1":  # -P asyncio: async def tasks, awaited on its loop
