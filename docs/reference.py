@@ -251,6 +251,22 @@ def entry_points_markdown() -> str:
     return "\n".join(out)
 
 
+def redis_cluster_options_markdown() -> str:
+    """The Redis Cluster transport's ``broker_transport_options`` and its result backend's
+    ``result_backend_transport_options``, from the mappings the plugin checks them with."""
+    from worker_transport_redis_cluster.options import BACKEND_OPTIONS, BROKER_OPTIONS, PASSED
+
+    out = ["| option | default | what |", "|---|---|---|"]
+    out += [f"| `{name}` | {_code(repr(default))} | {_text(what)} |"
+            for name, (default, what) in BROKER_OPTIONS.items()]
+    out += ["", f"kombu's own, passed on as they are: {', '.join(f'`{name}`' for name in sorted(PASSED))}.",
+            "", "`result_backend_transport_options`:", "",
+            "| option | default | what |", "|---|---|---|"]
+    out += [f"| `{name}` | {_code(repr(default))} | {_text(what)} |"
+            for name, (default, what) in BACKEND_OPTIONS.items()]
+    return "\n".join(out)
+
+
 def steps_graph_markdown() -> str:
     """The bootstep graph of a worker with the default options, drawn by ``workerctl steps
     --graph --format mermaid`` when the site is built."""
@@ -273,6 +289,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "control-commands": control_commands_markdown,
     "entry-points": entry_points_markdown,
     "steps-graph": steps_graph_markdown,
+    "redis-cluster-options": redis_cluster_options_markdown,
 }
 
 
