@@ -25,7 +25,7 @@ import pytest
 from conftest import AMQP_TEST_URL, REDIS_ADDRESS, delete_queue, empty_redis, redis_db, require_server
 from kombu.connection import Connection
 from kombu.entity import Exchange, Queue
-from kombu.messaging import Consumer
+from kombu.messaging import Consumer, Producer
 from workers import TESTS, WorkerProcess, wait_for
 
 from worker_core.testing.proxy import TcpProxy, proxied
@@ -52,6 +52,7 @@ class Arrivals:
         self.seen: list[tuple[datetime, str, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._read, daemon=True)
+        self._caught_up = threading.Event()
         self.error: BaseException | None = None
 
     def __enter__(self) -> Arrivals:
@@ -66,6 +67,10 @@ class Arrivals:
         queue = Queue(TICKS, Exchange(TICKS), TICKS)
 
         def arrived(body: Any, message: Any) -> None:
+            if message.headers.get("marker"):
+                message.ack()
+                self._caught_up.set()
+                return
             self.seen.append(
                 (
                     datetime.fromisoformat(message.headers["periodic_task_due"]),
@@ -88,6 +93,16 @@ class Arrivals:
 
     def count(self) -> int:
         return len(self.seen)
+
+    def catch_up(self) -> None:
+        """Wait until every tick sent so far has arrived: a marker sent behind them has (one
+        queue, first in, first out)."""
+        self._caught_up.clear()
+        queue = Queue(TICKS, Exchange(TICKS), TICKS)
+        with Connection(self.url) as connection:
+            Producer(connection).publish({}, exchange=queue.exchange, routing_key=TICKS, declare=[queue],
+                                         headers={"marker": True}, serializer="json")
+        wait_for(self._caught_up.is_set, 20, message="the ticks sent so far (a marker sent behind them)")
 
 
 class Fleet:
@@ -208,7 +223,7 @@ def test_five_schedulers_send_each_tick_once_through_kill_pause_and_cut(broker: 
             for worker in fleet.workers:
                 if worker.process.poll() is None:
                     assert worker.stop(timeout=60) == 0
-            time.sleep(1.5)  # what the last leader sent as it stopped has arrived
+            arrivals.catch_up()  # what the last leader sent as it stopped
         assert arrivals.error is None, arrivals.error
         seen = arrivals.seen
         dues = [due for due, _, _ in seen]

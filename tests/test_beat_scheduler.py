@@ -149,7 +149,7 @@ def test_entries_added_disabled_and_removed_at_run_time_are_seen(setup: Any) -> 
     assert {entry["name"] for entry in s.scheduler.snapshot()} == {"report", "extra"}
     s.store.switch("report", False, in_settings=True)
     s.store.remove("extra")
-    time.sleep(0.06)
+    time.sleep(0.06)  # past max_interval again
     s.run()
     assert s.scheduler.snapshot() == [] and s.records() == {}
 

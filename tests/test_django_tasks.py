@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import REDIS_PORT, empty_redis, redis_db, require_server
 from postgres import POSTGRES_URL, drop_schema, schema_name
-from workers import WorkerProcess, wait_for
+from workers import TESTS, WorkerProcess, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -110,16 +110,17 @@ def threads(schema: str, brokers: tuple[str, str], tmp_path_factory: pytest.Temp
         worker.kill()
 
 
-WAIT = """
-import json, time
+WAIT = f"""
+import json, sys
+sys.path.insert(0, {str(TESTS)!r})
+from workers import wait_for
+""" + """
 def finished(result, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def done():
         result.refresh()
-        if result.is_finished:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"{result.id} is still {result.status}")
+        return result.is_finished
+    wait_for(done, timeout, interval=0.05, message=lambda: f"{result.id} to finish (it is {result.status})")
+    return result
 def shown(result):
     return {"status": result.status, "value": result.return_value if result.status == "SUCCESSFUL" else None,
             "attempts": result.attempts, "worker_ids": result.worker_ids, "args": result.args,

@@ -11,12 +11,12 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import AMQP_TEST_URL, REDIS_ADDRESS, REPO, empty_redis
 from docs_blocks import Block, all_blocks, blocks, pages
+from workers import wait_for
 
 BLOCKS = all_blocks()
 BIN = Path(sys.executable).parent
@@ -191,14 +191,15 @@ class Session:
         until = block.options.get("until")
         if not until:
             return
-        deadline = time.monotonic() + 60
-        while until not in log.read_text(errors="replace"):
+
+        def shown() -> bool:
             if process.poll() is not None:
                 pytest.fail(f"{block.where} exited with {process.returncode} before {until!r}:\n"
                             f"{log.read_text(errors='replace')}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"{block.where}: no {until!r} within 60 s:\n{log.read_text(errors='replace')}")
-            time.sleep(0.05)
+            return until in log.read_text(errors="replace")
+
+        wait_for(shown, 60, interval=0.05,
+                 message=lambda: f"{until!r} from {block.where}:\n{log.read_text(errors='replace')}")
 
     def logs(self) -> str:
         return "".join(f"\n--- {where} ---\n{log.read_text(errors='replace')[-5000:]}"

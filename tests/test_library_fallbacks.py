@@ -16,7 +16,6 @@ import re
 import struct
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -206,9 +205,14 @@ class RedisRun:
             connection.transport.register_with_event_loop(connection.connection, hub)
             hub.call_repeatedly(0.02, lambda: None)
             turns = hub.create_loop()
-            deadline = time.monotonic() + 10
-            while (len(got) < 6 or len(refused) < 2) and time.monotonic() < deadline:
-                next(turns)
+
+            def turned() -> bool:
+                if len(got) < 6 or len(refused) < 2:
+                    next(turns)
+                return len(got) >= 6 and len(refused) >= 2
+
+            wait_for(turned, 10, interval=0,
+                     message=lambda: f"six messages and two refusals (got {got}, refused {refused})")
             ticks = {getattr(tick, "__module__", "") for tick in hub.on_tick}
             channel = type(connection.default_channel)
             hub.close()

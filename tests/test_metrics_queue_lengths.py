@@ -75,7 +75,7 @@ def test_one_worker_of_three_exports_the_queue_lengths_to_prometheus_and_another
     assert leads and leads[0][1] == 1
     for _ in range(10):  # never two, over several scrapes: the pause is the scrape interval itself
         assert one_exporter() is not None
-        time.sleep(0.5)
+        time.sleep(0.5)  # the scrape interval, over which there must never be two
     # the leader stops (its lease given up): one other exports, and only one
     assert targets[leader_target].stop() == 0
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO
+from workers import wait_for
 
 pytestmark = pytest.mark.venv
 
@@ -130,7 +131,6 @@ def test_a_missing_distribution_is_named_in_the_error(venv):
 
 def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tmp_path):
     import signal
-    import time
 
     graph = _run(venv, "workerctl", "steps", "--graph", "--liveness-file", str(tmp_path / "alive"))
     assert graph.returncode == 0, graph.stderr
@@ -154,8 +154,8 @@ def test_the_readme_example_plugin_runs_a_worker_with_its_pool_and_step(venv, tm
         assert called.stdout.splitlines()[-1] == "5"
         assert alive.exists()
         first = alive.stat().st_mtime
-        time.sleep(0.6)
-        assert alive.stat().st_mtime > first  # touched again from the event loop
+        wait_for(lambda: alive.stat().st_mtime > first, 5,  # touched again from the event loop
+                 message="the liveness file to be touched again")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=30) == 0
         assert not alive.exists()  # removed on a clean stop
