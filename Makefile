@@ -4,6 +4,7 @@
 #               Django tests again on Django 6 (a second virtualenv, of Python 3.12)
 #   make docs   build the documentation site into site/ (mkdocs --strict)
 #   make bench  every benchmark in bench/, side by side with Celery (and Dramatiq on RabbitMQ)
+#   make bench-django  the Django tasks benchmark alone (its own virtualenv, Django 6)
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +15,7 @@ DISTRIBUTIONS := -e ./core[test] -e ./plugins/pool_prefork -e ./plugins/pool_thr
                  -e ./plugins/transport_postgres[test] -e ./plugins/beat -e ./plugins/transport_redis_cluster \
                  -e ./plugins/otel -e ./plugins/django
 
-.PHONY: venv demo docs test test-fast test-stock test-django6 bench lint
+.PHONY: venv demo docs test test-fast test-stock test-django6 bench bench-django lint
 
 # (the C extension is compiled when its distribution is installed: a changed source reinstalls)
 $(BIN)/.installed: core/setup.cfg plugins/*/setup.cfg plugins/transport_amqp/src/worker_transport_amqp/_speedups.c
@@ -141,6 +142,20 @@ bench: venv
 	$(BIN)/python bench/eta_memory.py --broker $(AMQP_BENCH)
 	$(BIN)/python bench/beat.py --broker $(REDIS_BENCH) --takeovers 5 --entries 10000
 	$(BIN)/python bench/beat.py --broker $(AMQP_BENCH) --takeovers 5 --entries 0
+	$(MAKE) bench-django
+
+# The Django tasks benchmark (bench/django_tasks.py) on Django 6, in a virtualenv of its own: the
+# peers it runs beside this worker (django-tasks-db, django-tasks-celery with Celery) are
+# benchmark-only, in no virtualenv the tests use.
+$(VENV_DJANGO6)-bench/bin/.installed: core/setup.cfg plugins/*/setup.cfg
+	$(PYTHON312) -m venv $(VENV_DJANGO6)-bench
+	$(VENV_DJANGO6)-bench/bin/pip install --disable-pip-version-check -q --upgrade pip
+	$(VENV_DJANGO6)-bench/bin/pip install --disable-pip-version-check -q $(DJANGO6_DISTRIBUTIONS) \
+	    "Django==6.1.*" "django-tasks-db>=0.13" "django-tasks-celery[celery]>=0.1" "celery[redis]>=5.4"
+	touch $@
+
+bench-django: $(VENV_DJANGO6)-bench/bin/.installed
+	$(VENV_DJANGO6)-bench/bin/python bench/django_tasks.py --redis $(REDIS_BENCH) --repeat 3
 
 lint: venv
 	$(BIN)/ruff check core plugins tests bench examples docs
