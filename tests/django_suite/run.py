@@ -22,7 +22,9 @@ from typing import Any, ClassVar
 
 
 def _setup() -> None:
-    sys.path[:0] = [os.environ["DJANGO_SOURCE_TESTS"], str(Path(__file__).resolve().parent)]
+    here = Path(__file__).resolve().parent
+    # Django's tests, this directory, and the suite's helpers (tests/workers.py)
+    sys.path[:0] = [os.environ["DJANGO_SOURCE_TESTS"], str(here), str(here.parent)]
     os.environ["DJANGO_SETTINGS_MODULE"] = "suite_settings"
     import django
     from django.tasks.backends import dummy, immediate
