@@ -14,6 +14,7 @@ from pathlib import Path
 
 import attrs
 from tls_servers import _rabbitmq_program, free_ports
+from workers import wait_for
 
 __all__ = ["FailoverOutcome", "RabbitCluster", "failover_run"]
 
@@ -70,18 +71,14 @@ class _Node:
         """Until the node takes AMQP connections (``await_startup`` fails before it registers)."""
         import socket
 
-        deadline = time.monotonic() + timeout
-        while True:
+        def answers() -> bool:
             if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"RabbitMQ node {self.node} exited: see {self.directory / 'log'}")
-            try:
-                socket.create_connection(("127.0.0.1", self.amqp_port), 1).close()
-                return
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"RabbitMQ node {self.node} did not start within {timeout:g} s") from None
-                time.sleep(0.2)
+            socket.create_connection(("127.0.0.1", self.amqp_port), 1).close()
+            return True
+
+        wait_for(answers, timeout, interval=0.2, message=f"RabbitMQ node {self.node} to take connections",
+                 ignoring=(OSError,))
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -143,8 +140,7 @@ class RabbitCluster:
 
     def leader_of(self, queue: str) -> _Node:
         """The node that leads the quorum queue ``queue`` now."""
-        deadline = time.monotonic() + 30
-        while True:
+        def leader() -> _Node | None:
             for node in self.nodes:
                 if node.process is None or node.process.poll() is not None:
                     continue
@@ -156,9 +152,9 @@ class RabbitCluster:
                     parts = line.split()
                     if len(parts) == 2 and parts[0] == queue:
                         return next(n for n in self.nodes if n.node == parts[1])
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no node leads {queue!r}")
-            time.sleep(0.5)
+            return None
+
+        return wait_for(leader, 30, interval=0.5, message=f"a node to lead {queue!r}")
 
     def stop(self) -> None:
         for node in reversed(self.nodes):
@@ -227,22 +223,29 @@ def failover_run(cluster: RabbitCluster, directory: Path, ledger_url: str, *, ta
             env=env, stdout=log, stderr=subprocess.STDOUT, cwd=bench_apps))
     started = time.monotonic()
     try:
-        while ledger.hlen(key) < tasks // 3:
-            if time.monotonic() - started > timeout:
-                raise RuntimeError(f"the workers did not start working: see {directory}")
-            time.sleep(0.05)
+        wait_for(lambda: ledger.hlen(key) >= tasks // 3, timeout, interval=0.05,
+                 message=f"the workers to start working (see {directory})")
         before = ledger.hlen(key)
         killed_wall = leader.kill()
         killed_at = time.monotonic() - (time.time() - killed_wall)
         recovered_at = None
-        while ledger.hlen(key) < tasks and time.monotonic() - started < timeout:
-            if recovered_at is None and ledger.hlen(key) > before:
+
+        def all_done() -> bool:
+            nonlocal recovered_at
+            done = ledger.hlen(key)
+            if recovered_at is None and done > before:
                 # the first task done after the kill that a worker took after it (those already
                 # running finish without the broker)
                 recovered_at = time.monotonic()
-            time.sleep(0.05)
+            return done >= tasks
+
+        try:
+            wait_for(all_done, max(0.0, timeout - (time.monotonic() - started)), interval=0.05,
+                     message="every task in the ledger")
+        except AssertionError:
+            pass  # the outcome counts what is missing
         finished = time.monotonic()
-        time.sleep(1.0)  # redeliveries of tasks that were running settle
+        time.sleep(1.0)  # a negative: room for the redelivery of a task that ran to land too
         counts = [int(v) for v in ledger.hvals(key)]
         alive = sum(1 for p in processes if p.poll() is None)
     finally:

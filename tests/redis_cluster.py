@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+from workers import wait_for
 
 __all__ = ["ClusterNode", "RedisCluster", "cluster_ports"]
 
@@ -160,7 +161,8 @@ class RedisCluster:
             for node in self.nodes:
                 node.start()
             for node in self.nodes:
-                self._wait(lambda node=node: self._answers(node.port), timeout, f"node {node.port} answers")
+                wait_for(lambda node=node: self._answers(node.port), timeout, interval=0.05,
+                         message=f"node {node.port} to answer")
             create = [
                 "redis-cli",
                 *self._cli_tls(),
@@ -192,7 +194,7 @@ class RedisCluster:
         replica of the node that took over), and the cluster is healthy again."""
         node = self.node(port)
         node.start()
-        self._wait(lambda: self._answers(port), timeout, f"node {port} answers again")
+        wait_for(lambda: self._answers(port), timeout, interval=0.05, message=f"node {port} to answer again")
         self.wait_healthy(timeout)
 
     def add_node(self, replica_of: int | None = None, timeout: float = 60.0) -> int:
@@ -202,7 +204,7 @@ class RedisCluster:
         node = ClusterNode(port, self.directory / str(port), self.tls)
         self.nodes.append(node)
         node.start()
-        self._wait(lambda: self._answers(port), timeout, f"node {port} answers")
+        wait_for(lambda: self._answers(port), timeout, interval=0.05, message=f"node {port} to answer")
         existing = next(each for each in self.nodes if each.alive and each.port != port)
         add = ["redis-cli", *self._cli_tls(), "--cluster", "add-node", f"127.0.0.1:{port}",
                f"127.0.0.1:{existing.port}"]
@@ -220,10 +222,10 @@ class RedisCluster:
             except Exception:
                 return False
 
-        self._wait(joined, timeout, f"every node knows node {port}")
+        wait_for(joined, timeout, interval=0.05, message=f"every node to know node {port}")
         if replica_of is not None:
-            self._wait(lambda: self.call(port, "INFO", "replication").get("master_link_status") == "up",
-                       timeout, f"node {port} replicates {replica_of}")
+            wait_for(lambda: self.call(port, "INFO", "replication").get("master_link_status") == "up",
+                     timeout, interval=0.05, message=f"node {port} to replicate {replica_of}")
         return port
 
     # -- what the cluster says ------------------------------------------------------------------
@@ -306,7 +308,7 @@ class RedisCluster:
         return True
 
     def wait_healthy(self, timeout: float = 60.0) -> None:
-        self._wait(self.healthy, timeout, "the cluster is healthy")
+        wait_for(self.healthy, timeout, interval=0.05, message="the cluster to be healthy")
 
     def wait_primary_changed(self, slot: int, old: int, timeout: float = 60.0) -> int:
         """Wait until a node other than ``old`` serves ``slot`` (a replica took over); its port."""
@@ -322,7 +324,8 @@ class RedisCluster:
             found.append(port)
             return True
 
-        self._wait(changed, timeout, f"slot {slot} is served by a node other than {old}")
+        wait_for(changed, timeout, interval=0.05,
+                 message=f"slot {slot} to be served by a node other than {old}")
         return found[-1]
 
     # -- resharding -----------------------------------------------------------------------------
@@ -347,7 +350,7 @@ class RedisCluster:
             self.call(source, "MIGRATE", "127.0.0.1", target, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
             if pause:
-                time.sleep(pause)  # the pause is the point: clients meet the slot half moved
+                time.sleep(pause)  # the behaviour under test: clients meet the slot half moved
         # the target first (it ends its importing state and claims the slot), then the source, then
         # the other primaries, as redis-cli --cluster reshard does
         for port in dict.fromkeys([target, source, *self.primary_ports()]):
@@ -365,14 +368,6 @@ class RedisCluster:
         if self.tls is None:
             return []
         return ["--tls", "--cacert", self.tls["ca"], "--cert", self.tls["cert"], "--key", self.tls["key"]]
-
-    @staticmethod
-    def _wait(condition: Any, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
-        while not condition():
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout:g}s")
-            time.sleep(0.05)
 
 
 def queues_on_primaries(cluster: RedisCluster, stem: str, count: int | None = None) -> list[str]:

@@ -22,7 +22,7 @@ import pytest
 import redis
 from conftest import REDIS_PORT, REDIS_TEST_URL, require_server
 from redis_cluster import RedisCluster, queues_on_primaries
-from workers import WorkerProcess
+from workers import WorkerProcess, wait_for
 
 from worker_core import App
 
@@ -128,12 +128,12 @@ class Run:
         return {int(number): int(count) for number, count in self.ledger.hgetall(self.key).items()}
 
     def wait_done(self, total: int, timeout: float) -> dict[int, int]:
-        deadline = time.monotonic() + timeout
-        while self.ledger.hlen(self.key) < total:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        time.sleep(1.0)  # the pause is the point: a duplicate still running lands in the ledger
+        try:
+            wait_for(lambda: self.ledger.hlen(self.key) >= total, timeout, interval=0.1,
+                     message=f"the {total} tasks in the ledger")
+        except AssertionError:
+            pass  # the caller names the tasks that never ran
+        time.sleep(1.0)  # a negative: a duplicate still running lands in the ledger meanwhile
         return self.counts()
 
     def logged_causes(self) -> str:
@@ -216,10 +216,8 @@ def test_a_primary_killed_during_10000_tasks_loses_nothing_the_cluster_acknowled
     sender = threading.Thread(target=run.send, args=(range(total),))
     sender.start()
     try:
-        deadline = time.monotonic() + 120
-        while run.ledger.hlen(run.key) < total // 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert run.ledger.hlen(run.key) >= total // 3, "the workers did not get going"
+        wait_for(lambda: run.ledger.hlen(run.key) >= total // 3, 120, interval=0.05,
+                 message="the workers to get going (a third of the tasks done)")
         redis_cluster.kill(victim)
         assert redis_cluster.wait_primary_changed(slot, victim) == replica  # its replica took over
         redis_cluster.restart(victim)  # back, as a replica of the promoted node (as an operator would)

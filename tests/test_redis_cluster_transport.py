@@ -17,7 +17,7 @@ from typing import Any
 import kombu
 import pytest
 from redis_cluster import RedisCluster, queues_on_primaries
-from workers import TESTS, WorkerProcess
+from workers import TESTS, WorkerProcess, drain
 
 from worker_core.app.broker import task_queue
 from worker_core.app.settings import Settings
@@ -122,12 +122,7 @@ def _receive(connection: kombu.Connection, queue: kombu.Queue, count: int, timeo
     with kombu.Consumer(
         connection, [queue], accept=["json"], on_message=received.append, prefetch_count=count
     ):
-        deadline = time.monotonic() + timeout
-        while len(received) < count and time.monotonic() < deadline:
-            try:
-                connection.drain_events(timeout=0.2)
-            except TimeoutError:
-                pass
+        drain(connection, lambda: len(received) >= count, timeout, message=f"{count} message(s)")
     return received
 
 
@@ -324,7 +319,7 @@ def test_a_countdown_longer_than_the_visibility_timeout_runs_once(
     try:
         result = client.send_task("rc.where", queue=queues[0], countdown=5)  # past the 3 s lease: renewed
         assert result.get(timeout=30) == {"queue": queues[0], "redelivered": False}
-        time.sleep(4)  # the pause is the point: a lapsed lease would deliver it again meanwhile
+        time.sleep(4)  # a negative: a lapsed lease would deliver it again meanwhile
         assert worker.log().count(f"Task rc.where[{result.id}] received") == 1, worker.log()
     finally:
         client.close()
