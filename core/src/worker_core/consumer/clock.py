@@ -75,14 +75,17 @@ class Clock:
         if not isinstance(transport, TellsTime):
             return
         try:
-            before = time.monotonic()
             broker = transport.broker_time(connection)
             after = time.monotonic()
         except Exception as exc:
             logger.debug("could not read the broker's clock: %r", exc)
             return
         self._offset = time.time() - time.monotonic()
-        self.skew = broker - ((before + after) / 2 + self._offset)
+        # The broker read its clock during the call: at ``after`` its clock read at least
+        # ``broker``. Counting it as exactly that is the estimate that is never ahead of the
+        # broker's clock, so a held task never starts before its time by it (it may start up to
+        # the call's round trip late); the call's midpoint could be half a round trip ahead.
+        self.skew = broker - (after + self._offset)
         self.broker_clock = True
         if abs(self.skew) <= SKEW_SECONDS:
             if self._logged_skew is not None:
