@@ -353,24 +353,27 @@ class PostgresBackend(PostgresChords):
             return self._poll_for(task_id, deadline, timeout, interval)
         listener = listener_for(self.listen_conninfo, self.names.result_channel)
         event = listener.watch(task_id, timeout=min(5.0, timeout) if timeout is not None else 5.0)
+
+        def until_notified(seconds: float) -> None:
+            event.wait(seconds)
+            event.clear()  # (before the next read: a notification after it wakes the next wait)
+
         try:
-            while True:
-                event.clear()
-                meta = self.get_task_meta(task_id)
-                if meta["status"] in READY_STATES:
-                    return meta
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise ResultTimeout(
-                        f"task {task_id} did not finish within {timeout:g}s (state: {meta['status']})"
-                    )
-                event.wait(REREAD if left is None else min(left, REREAD))
+            return self._read_until_ready(task_id, deadline, timeout, until_notified, REREAD)
         finally:
             listener.unwatch(task_id, event)
 
     def _poll_for(
         self, task_id: str, deadline: float | None, timeout: float | None, interval: float
     ) -> Mapping[str, Any]:
+        return self._read_until_ready(task_id, deadline, timeout, time.sleep, interval)
+
+    def _read_until_ready(
+        self, task_id: str, deadline: float | None, timeout: float | None,
+        pause: Callable[[float], object], every: float,
+    ) -> Mapping[str, Any]:
+        """Read the task's row until it is ready, pausing with ``pause`` (at most ``every``
+        seconds, never past the deadline) between reads."""
         while True:
             meta = self.get_task_meta(task_id)
             if meta["status"] in READY_STATES:
@@ -380,7 +383,7 @@ class PostgresBackend(PostgresChords):
                 raise ResultTimeout(
                     f"task {task_id} did not finish within {timeout:g}s (state: {meta['status']})"
                 )
-            time.sleep(interval if left is None else min(left, interval))
+            pause(every if left is None else min(left, every))
 
     def forget(self, task_id: str) -> None:
         self._run(
