@@ -6,6 +6,7 @@ Each test has its own redis-server and a visibility timeout of 2 seconds."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -275,3 +276,21 @@ def test_a_countdown_longer_than_a_lease_that_is_not_renewed_is_warned_about_onc
     log = worker.log()
     assert log.count("does not renew the leases") == 1
     assert "Raise broker_transport_options={'visibility_timeout': ...}" in log
+
+
+def test_releasing_every_message_of_a_closing_channel_forgets_their_lost_leases() -> None:
+    # The state a renewal leaves when Redis says a held message's lease is lost; a channel that
+    # closes then gives back (release_all) what it holds, lost ones included, without a deadlock.
+    from worker_transport_redis.leases import Leases
+
+    leases = Leases("redis://example/0")
+    owner = object()
+    leases._held.update({"lost": owner, "kept": owner})
+    leases._lost.add("lost")
+    leases._lost_frozen = frozenset(leases._lost)
+    released: list[int] = []
+    closing = threading.Thread(target=lambda: released.append(leases.release_all(owner)), daemon=True)
+    closing.start()
+    closing.join(10)
+    assert released == [2], "release_all did not return (it waited on the lock it holds)"
+    assert not leases.is_lost("lost") and leases.owner("lost") is None and leases.held_by(owner) == 0

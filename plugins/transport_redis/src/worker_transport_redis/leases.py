@@ -86,7 +86,7 @@ class Leases:
 
     def __init__(self, location: Hashable) -> None:
         self.location = location
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (release_all forgets lost leases under it)
         #: one renewal at a time (the thread's, or the loop's when the leases are in doubt)
         self._checking = threading.Lock()
         #: delivery tag -> the QoS that counts it in its prefetch window
