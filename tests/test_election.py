@@ -95,12 +95,29 @@ def test_a_silent_leader_loses_the_lease_within_its_ttl(transport: EmbeddedTrans
         silent.close()
 
 
-def test_a_leader_that_cannot_reach_its_broker_stops_leading_after_the_ttl() -> None:
-    class Unreachable:
-        """A lease whose broker answers once, then never again."""
+class FakeLease:
+    """An in-memory lease whose broker the test scripts: the methods an Election calls besides
+    acquire and renew, which each test writes."""
 
-        name, holder, ttl, bound = "job", "node#1", TTL, TTL
-        token: int | None = None
+    name, holder = "job", "node#1"
+    token: int | None = None
+
+    def __init__(self, ttl: float) -> None:
+        self.ttl = self.bound = ttl
+
+    def release(self) -> None:
+        self.token = None
+
+    def current(self) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_leader_that_cannot_reach_its_broker_stops_leading_after_the_ttl() -> None:
+    class Unreachable(FakeLease):
+        """A lease whose broker answers once, then never again."""
 
         def acquire(self, wait: float = 0.0) -> int | None:
             if self.token is None:
@@ -111,16 +128,7 @@ def test_a_leader_that_cannot_reach_its_broker_stops_leading_after_the_ttl() -> 
         def renew(self) -> bool:
             raise ConnectionError("the broker does not answer")
 
-        def release(self) -> None:
-            self.token = None
-
-        def current(self) -> None:
-            return None
-
-        def close(self) -> None:
-            pass
-
-    election = Election(Unreachable())  # type: ignore[arg-type]
+    election = Election(Unreachable(TTL))  # type: ignore[arg-type]
     election.start()
     try:
         assert election.wait_leading(5)
@@ -136,11 +144,9 @@ def test_a_leader_that_cannot_reach_its_broker_stops_leading_after_the_ttl() -> 
 def test_a_failing_duty_is_one_line_when_the_broker_is_gone_and_a_traceback_when_it_is_a_bug(
     reachable: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    class Flaky:
+    class Flaky(FakeLease):
         """A lease whose broker answers until the duty runs, then answers only if reachable."""
 
-        name, holder, ttl, bound = "job", "node#1", 30.0, 30.0
-        token: int | None = None
         down = False
 
         def acquire(self, wait: float = 0.0) -> int | None:
@@ -152,16 +158,7 @@ def test_a_failing_duty_is_one_line_when_the_broker_is_gone_and_a_traceback_when
                 raise ConnectionError("Connection closed by server.")
             return True
 
-        def release(self) -> None:
-            self.token = None
-
-        def current(self) -> None:
-            return None
-
-        def close(self) -> None:
-            pass
-
-    lease = Flaky()
+    lease = Flaky(30.0)
     calls: list[int] = []
 
     def duty(lease_: Lease, token: int, deadline: float) -> float:
