@@ -158,8 +158,10 @@ def test_copies_that_come_back_to_the_worker_that_ran_them_are_dropped(workers, 
     assert log.count("Lost the leases of 8 message(s)") == 1
     # each of the eight copies is dropped with one line or is the one run of its task: the four
     # that ran (or ran on) are dropped; of the four not started, a copy that arrives before the
-    # worker let go of the message it holds is dropped too (that message runs instead), the
-    # others run
+    # worker let go of the message it holds is dropped too (that message runs instead, or, when
+    # an executor had stopped it as it started, goes back to its queue and comes back once more),
+    # the others run
     dropped = log.count("the copy is dropped")
+    requeued = log.count("the message goes back to its queue, to run once")
     run_again = log.count(" received") - 8
-    assert dropped >= 4 and dropped + run_again == 8, log
+    assert dropped >= 4 and dropped + run_again - requeued == 8, log

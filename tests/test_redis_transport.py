@@ -447,6 +447,37 @@ def test_our_unacked_record_is_byte_for_byte_what_stock_kombu_restores(broker: B
     assert broker.unacked() == 0
 
 
+
+def test_a_held_message_whose_lease_was_lost_is_requeued_once_whether_or_not_its_copy_came_back(
+        broker: Broker) -> None:
+    # What the worker does with a message it stopped as it started (its lease lost): it rejects it
+    # with requeue. Lost: nothing is written (its copy is back on the queue already). Its copy came
+    # back here meanwhile and was taken for it: the record is this consumer's again, and goes back.
+    came_back, stays_away, ours = new_queue(), new_queue(), {}
+    with broker.connect() as connection:
+        publish(connection, came_back, 1)
+        publish(connection, stays_away, 1, start=1)
+        consumer = consume(connection, [came_back, stays_away],
+                           lambda message: ours.setdefault(message.payload["n"], message))
+        drain(connection, lambda: len(ours) == 2)
+        channel = connection.default_channel
+        with broker.stock(visibility_timeout=0.01) as stock:  # a Celery worker's restore takes both
+            time.sleep(0.05)  # the behaviour under test: past the visibility timeout
+            stock.default_channel.qos.restore_visible(num=10, interval=1)
+        assert broker.unacked() == 0
+        channel.qos.leases.check()
+        assert channel.lost_leases() == {ours[0].delivery_tag, ours[1].delivery_tag}
+        consumer.cancel_by_queue(stays_away.name)
+        drain(connection, lambda: broker.raw.llen(broker.key(came_back.name)) == 0 and broker.unacked() == 1)
+        assert channel.lost_leases() == {ours[1].delivery_tag}  # the copy of 0 is held here again
+        assert len(ours) == 2  # (the copy was dropped: it was not handed to the consumer)
+        for message in ours.values():
+            message.reject(requeue=True)
+        assert channel.lost_leases() == frozenset()
+    assert broker.unacked() == 0
+    assert broker.raw.llen(broker.key(came_back.name)) == 1
+    assert broker.raw.llen(broker.key(stays_away.name)) == 1
+
 # -- batching, restores and faults --------------------------------------------------------------------
 
 

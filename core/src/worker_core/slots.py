@@ -652,8 +652,11 @@ class FencesLeases(Protocol):
     is not started (the broker's copy runs where it is delivered) and a running one is not
     acknowledged on the broker; the worker acknowledges or rejects such a message through the
     channel as usual, and the channel writes nothing to the broker for it. A copy of a task it
-    ran or is running that comes back to it is dropped. Without it, a worker that stood still
-    past its leases runs what it holds as if nothing happened.
+    ran or is running that comes back to it is dropped. A channel may take a copy for the message
+    it still holds under the same delivery tag (dropping the copy: the lease is this process's
+    again, no longer lost); a message the worker stopped as it started is rejected with requeue,
+    which then puts it back on its queue. Without it, a worker that stood still past its leases
+    runs what it holds as if nothing happened.
     """
 
     def lost_leases(self) -> frozenset[Any] | None:

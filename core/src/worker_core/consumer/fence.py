@@ -5,6 +5,8 @@ on it was lost while the worker stood still or could not renew it.
 - A lost message not started yet (waiting for room, its ETA or its rate limit, or queued in a pool
   that can give it back) is dropped here: not run, nothing written to the broker (which has given
   it to a consumer again: it runs there, or here once more if it comes back here).
+  One an executor was about to start is stopped there and given back (rejected with requeue), which
+  writes nothing either, unless its copy came back here meanwhile (see :meth:`LeaseFence.not_run`).
 - A lost message that runs finishes, and is not acknowledged on the broker (the record there is
   the copy's); its task id and delivery tag are remembered, so a copy of it that comes back here
   is dropped with one log line, however it came back.
@@ -211,10 +213,19 @@ class LeaseFence:
         return True
 
     def not_run(self, request: Request) -> None:
-        """``request`` was stopped as it started: its lease was lost (see :meth:`admits`)."""
-        self.ran.pop((request.id, request.message.delivery_tag), None)  # (its copy runs, here too)
-        request.acknowledge()  # (here only: the channel writes nothing)
-        self.ran.pop((request.id, request.message.delivery_tag), None)
+        """``request`` was stopped as it started: its lease was lost (see :meth:`admits`). It is
+        rejected with requeue: for a lease still lost the channel writes nothing (its copy runs
+        where it went, here too). A copy that came back here between the stop and now was taken
+        by the channel for this message, which it still held (the record in the broker is this
+        worker's again): the requeue puts that record back on its queue, and the task runs once,
+        where an acknowledgement would have removed the only record left of it."""
+        key = (request.id, request.message.delivery_tag)
+        self.ran.pop(key, None)  # (its copy runs, here too)
+        if self.lost(request.message) is False:
+            logger.warning("Task %s was stopped as it started (its lease was lost), and its copy came back "
+                           "here meanwhile: the message goes back to its queue, to run once", request.label)
+        request.reject(requeue=True, reason=f"task {request.label} lost its lease before it started")
+        self.ran.pop(key, None)
         self.dropped += 1
 
     def drop(self, request: Request) -> None:
