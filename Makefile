@@ -44,15 +44,17 @@ $(BIN)/.docs-installed: $(BIN)/.installed docs/requirements.txt
 docs: $(BIN)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-# The whole suite, then the broker tests once more on the libraries' own paths, then the Django
-# tests again on Django 6.
-test: test-fast test-stock test-django6
+# The whole suite first; then the broker tests on the libraries' own paths and the Django 6 runs
+# side by side (both wait on brokers and worker processes more than on the CPU; --output-sync
+# prints each one's output whole when it ends).
+test: test-fast
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-stock test-django6
 
 # pytest-xdist: most tests wait on worker processes and brokers rather than on the CPU, so more
 # pytest processes than cores pay off; each gets a redis-server and a RabbitMQ virtual host of its
 # own (tests/conftest.py), and --dist loadscope keeps a module's tests (and the worker or venv its
 # module-scoped fixtures start) in one process. PYTEST_PROCESSES=0 runs the suite serially.
-PYTEST_PROCESSES ?= 3
+PYTEST_PROCESSES ?= 4
 PYTEST_XDIST := -n $(PYTEST_PROCESSES) --dist loadscope
 
 test-fast: venv

@@ -54,7 +54,7 @@ def _out_of_memory(url: str) -> None:
 
 def _busy(url: str, seconds: float) -> threading.Thread:
     """Keep Redis busy with a script for ``seconds``; others get ``BUSY`` after 0.1 s of it."""
-    broker = redis.Redis.from_url(url)
+    broker = redis.Redis.from_url(url, socket_timeout=seconds + 30)  # (redis-py's default is shorter)
     broker.config_set("busy-reply-threshold", 100)
     script = "local t = redis.call('TIME')[1] while redis.call('TIME')[1] - t < tonumber(ARGV[1]) do end"
     thread = threading.Thread(target=broker.eval, args=(script, 0, int(seconds)), daemon=True)
