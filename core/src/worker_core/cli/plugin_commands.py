@@ -20,18 +20,18 @@ def plugin_commands(args: Sequence[str], taken: Collection[str]) -> dict[str, cl
     try:
         manager = PluginManager(blocked_from_args(args))
         found: dict[str, click.Command] = {}
-        owners: dict[str, str] = {}
+        owners: dict[str, object] = {}  # (shown only in errors: a provider names its distribution lazily)
         for contributed, provider in manager.collect("workerctl_commands"):
             for name, command in (contributed or {}).items():
                 if name in taken or name in found:
-                    owner = owners.get(name, "worker-core")
+                    owner = f"plugin {owners[name]}" if name in owners else "worker-core"
                     raise PluginConflictError(f"the workerctl command {name!r} is provided by {owner} and by "
                                               f"plugin {provider}; rename one of them")
                 if not isinstance(command, click.Command):
                     raise PluginError(f"plugin {provider} returned {command!r} for the workerctl command "
                                       f"{name!r}; it must be a click.Command")
                 found[name] = command
-                owners[name] = f"plugin {provider}"
+                owners[name] = provider
     except WorkerError as exc:
         raise fail(exc) from None
     return found

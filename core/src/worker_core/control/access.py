@@ -74,7 +74,7 @@ class Access:
 def all_commands(plugins: PluginManager) -> dict[str, Command]:
     """The built-in commands plus those plugins contribute (a name clash is an error)."""
     commands: dict[str, Command] = dict(BUILTIN_COMMANDS)
-    owners = {name: "worker-core" for name in commands}
+    owners: dict[str, object] = {name: "worker-core" for name in commands}  # (shown only in errors)
     for contributed, provider in plugins.collect("worker_control_commands"):
         if isinstance(contributed, (list, tuple)):
             if not all(isinstance(command, Command) for command in contributed):
@@ -104,7 +104,7 @@ def all_commands(plugins: PluginManager) -> dict[str, Command]:
                 raise PluginError(
                     f"plugin {provider} contributed control command {name!r} that is not callable"
                 )
-            owners[name] = str(provider)
+            owners[name] = provider
     return commands
 
 

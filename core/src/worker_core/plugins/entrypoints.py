@@ -169,12 +169,13 @@ def _distribution_index() -> dict[tuple[str, str, str], tuple[str, str]]:
     index: dict[tuple[str, str, str], tuple[str, str]] = {}
     for dist in importlib.metadata.distributions():
         try:
-            eps = dist.entry_points
+            eps = [ep for ep in dist.entry_points if ep.group in groups]
         except Exception:  # a broken dist-info must not break the listing
             continue
-        for ep in eps:
-            if ep.group in groups:
-                index.setdefault((ep.group, ep.name, ep.value), (dist.metadata["Name"], dist.version))
+        if eps:
+            found = (dist.metadata["Name"], dist.version)  # (parsed once per distribution)
+            for ep in eps:
+                index.setdefault((ep.group, ep.name, ep.value), found)
     return index
 
 
