@@ -90,6 +90,9 @@ def test_a_worker_an_hour_off_beside_a_correct_one_takes_no_lease_and_loses_none
     wait_for(lambda: len(basic.runs(REDIS_TEST_URL, key)) == 18, timeout=30, message="every countdown to run")
     wait_for(lambda: redis.Redis.from_url(server.url).hlen("unacked") == 0, message="every task acknowledged")
     assert basic.runs(REDIS_TEST_URL, key) == dict.fromkeys(range(18), 1)
+    # (a task counts its run before its worker logs its success)
+    wait_for(lambda: skewed.log().count(" succeeded") + correct.log().count(" succeeded") == 18,
+             message="every success logged")
     # each ran where it was first received: no restore took a lease from either worker
     assert skewed.log().count(" succeeded") == 12 and skewed.log().count(" received") == 12
     assert correct.log().count(" succeeded") == 6 and correct.log().count(" received") == 6
