@@ -31,6 +31,8 @@ class Inbox:
         self._waker: tuple[int, int] | None = None
         self._wake_sent = False
         self._hub: Hub | None = None
+        #: held while the pipe is written to or closed
+        self._closing = threading.Lock()
 
     @property
     def pending(self) -> bool:
@@ -47,20 +49,29 @@ class Inbox:
             fn(*args)
             return
         self._pending.append((fn, args))
-        if self._waker is not None and not self._wake_sent:
-            self._wake_sent = True
-            try:
-                os.write(self._waker[1], b"\0")
-            except OSError:
-                pass
+        if not self._wake_sent:
+            with self._closing:
+                self._write_wake()
 
     def wake(self) -> None:
-        """Interrupt a hub waiting in poll (safe from a signal handler)."""
-        if self._waker is not None:
+        """Interrupt a hub waiting in poll (safe from a signal handler: it does not wait for the
+        lock; a close in progress needs no wake-up)."""
+        if self._closing.acquire(blocking=False):
             try:
-                os.write(self._waker[1], b"\0")
-            except OSError:
-                pass
+                self._write_wake()
+            finally:
+                self._closing.release()
+
+    def _write_wake(self) -> None:
+        # Called holding the lock close() frees the pipe under: once closed, the pipe's number
+        # may be another file's (a broker's socket) and nothing may be written to it.
+        if self._waker is None:
+            return
+        self._wake_sent = True
+        try:
+            os.write(self._waker[1], b"\0")
+        except OSError:
+            pass
 
     def run_pending(self) -> None:
         """Run the waiting calls (in the loop's thread); one that raises is logged."""
@@ -102,9 +113,10 @@ class Inbox:
                 self._hub.remove(self._waker[0])
             except Exception:
                 pass
-        for fd in self._waker:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._waker = None
+        with self._closing:
+            waker, self._waker = self._waker, None
+            for fd in waker:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass

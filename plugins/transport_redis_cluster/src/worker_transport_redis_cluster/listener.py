@@ -53,6 +53,9 @@ class ResultListener:
         self._closed = False
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
+        #: held while the wake-up pipe is written to or closed (its numbers are -1 once closed:
+        #: a closed descriptor's number may be another file's by then)
+        self._pipe = threading.Lock()
         self._thread: threading.Thread | None = None
 
     # -- subscriptions ---------------------------------------------------------------------------
@@ -80,10 +83,26 @@ class ResultListener:
                         target=self._run, name="redis-cluster-results", daemon=True
                     )
                     self._thread.start()
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
+        self._wake()
+
+    def _wake(self) -> None:
+        with self._pipe:
+            if self._wake_w < 0:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass
+
+    def _close_pipe(self) -> None:
+        with self._pipe:
+            fds, (self._wake_r, self._wake_w) = (self._wake_r, self._wake_w), (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     # -- waiting ---------------------------------------------------------------------------------
 
@@ -156,6 +175,13 @@ class ResultListener:
             self._state.notify_all()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            if self._closed:  # close() gave up waiting for this thread: the pipe is this thread's to close
+                self._close_pipe()
+
+    def _loop(self) -> None:
         subscriber = self._subscriber
         while not self._closed:
             try:
@@ -182,11 +208,12 @@ class ResultListener:
                 time.sleep(TURN)  # the pause is the point: the cluster is failing over or down
 
     def close(self) -> None:
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass
-        self._closed = True
+        """Stop the thread and the subscriptions (once: a second call does nothing)."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+        self._wake()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
@@ -194,8 +221,5 @@ class ResultListener:
             self._subscriber.close()
         except Exception as exc:
             logger.debug("error while closing the result subscriptions: %r", exc)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        if thread is None or not thread.is_alive():
+            self._close_pipe()

@@ -118,14 +118,16 @@ class SelectorDriver:
             self._wake()
 
     def _wake(self) -> None:
+        # Under the lock, so that close() cannot free the pipe's number between the check and the
+        # write: once closed, the number may be another file's (a broker's socket) by now.
         with self._lock:
-            if self._woken:
+            if self._woken or self._closed:
                 return
             self._woken = True
-        try:
-            os.write(self._wake_w, b"\0")
-        except (BlockingIOError, OSError):
-            pass
+            try:
+                os.write(self._wake_w, b"\0")
+            except (BlockingIOError, OSError):
+                pass
 
     def in_driver_thread(self) -> bool:
         return self._owner is None or self._owner == threading.get_ident()
@@ -246,10 +248,10 @@ class SelectorDriver:
     def close(self) -> None:
         if self._closed:
             return
-        self._closed = True
         self._selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
         with self._lock:
+            self._closed = True
+            os.close(self._wake_r)
+            os.close(self._wake_w)
             self._timers.clear()
             self._calls.clear()
