@@ -178,7 +178,9 @@ class ResultListener:
         try:
             self._loop()
         finally:
-            if self._closed:  # close() gave up waiting for this thread: the pipe is this thread's to close
+            # whichever of this thread and close() ends last closes the pipe (close() leaves it
+            # to a thread it gave up waiting for); the other finds it closed
+            if self._closed:
                 self._close_pipe()
 
     def _loop(self) -> None:
