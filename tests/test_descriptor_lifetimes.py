@@ -38,7 +38,8 @@ class Squatters:
     those numbers to the next files opened."""
 
     def __init__(self) -> None:
-        self.pipes: dict[int, tuple[int, int]] = {}
+        #: each freed number taken -> the read end of the pipe now written to through it
+        self.pipes: dict[int, int] = {}
 
     def take(self, number: int) -> None:
         # the new pipe's own numbers are moved out of the way first: the lowest free numbers,
@@ -47,7 +48,7 @@ class Squatters:
         os.set_blocking(read, False)
         os.dup2(write, number)
         os.close(write)
-        self.pipes[number] = (read, number)
+        self.pipes[number] = read
 
     @staticmethod
     def _high(fd: int) -> int:
@@ -57,7 +58,7 @@ class Squatters:
 
     def written(self) -> dict[int, bytes]:
         found = {}
-        for number, (read, _) in self.pipes.items():
+        for number, read in self.pipes.items():
             try:
                 found[number] = os.read(read, 4096)
             except BlockingIOError:
@@ -68,7 +69,7 @@ class Squatters:
         return [number for number in self.pipes if not is_open(number)]
 
     def close(self) -> None:
-        for number, (read, _) in self.pipes.items():
+        for number, read in self.pipes.items():
             for fd in (read, number):
                 try:
                     os.close(fd)
